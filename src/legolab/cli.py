@@ -102,6 +102,78 @@ def cmd_demo(args) -> int:
     return 0
 
 
+# ---- training -------------------------------------------------------------------------------
+def _split_config_args(items: list[str]) -> tuple[str | None, list[str]]:
+    """``[CONFIG.yaml] [key=value ...]``."""
+    config, overrides = None, []
+    for i, item in enumerate(items):
+        if "=" in item:
+            overrides.append(item)
+        elif i == 0:
+            config = item
+        else:
+            raise LegoError(f"unexpected argument {item!r}: overrides look like train.lr=3e-3")
+    return config, overrides
+
+
+def cmd_train(args) -> int:
+    from .training.trainer import start_or_resume
+
+    config, overrides = _split_config_args(args.config)
+    if config is None and args.resume is None:
+        raise LegoError("give a config file (for example configs/cpu/bert.yaml) or --resume RUN")
+    start_or_resume(config, overrides, runs_root=args.runs, resume_dir=args.resume, name=args.name,
+                    progress=False if args.no_progress else None)
+    return 0
+
+
+def cmd_eval(args) -> int:
+    import torch
+
+    from .tasks import make_task, task_config
+    from .training.data import TensorBatch
+    from .training.evaluate import evaluate
+    from .training.runs import load_run
+
+    cfg, task, model = load_run(args.run, args.checkpoint)
+    values = {k: v for k, v in cfg.task.items() if k != "name"}
+    if args.n is not None:
+        values["n"] = args.n
+        values["n_vars"] = max(values.get("n_vars", 26), args.n) if args.n_vars is None else args.n_vars
+    if args.group is not None:
+        values["group"] = args.group
+    new_task = make_task(cfg.task.get("name", "lego"), task_config(cfg.task.get("name", "lego"), **values), seed=args.seed)
+    if len(new_task.vocab) != model.vocab_size or new_task.num_classes != model.num_classes:
+        raise LegoError(f"{args.run}: the model reads {model.vocab_size} token ids and predicts {model.num_classes} classes; "
+                        f"this task has {len(new_task.vocab)} and {new_task.num_classes}")
+    if new_task.seq_len > cfg.model.max_len:
+        raise LegoError(f"--n {args.n}: sentences of {new_task.seq_len} tokens exceed the model's max_len {cfg.model.max_len}")
+    if args.depth is not None and not model.tied and not 1 <= args.depth <= cfg.model.n_layers:
+        raise LegoError(f"--depth: an untied model has depths 1..{cfg.model.n_layers}")
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    data = TensorBatch.from_batch(new_task.sample("test", range(args.count)))
+    depth = args.depth or cfg.train.eval_depth or None
+    r = evaluate(model, data, new_task.num_steps, depth=depth)
+    if args.json:
+        print(json.dumps({"run": args.run, "checkpoint": args.checkpoint, "task": values, "depth": depth, **r}))
+        return 0
+    supervised = set(cfg.train.supervised_steps(cfg.task_config().n))
+    print(f"{args.run} ({args.checkpoint}) on {values.get('group', 'sign')} n={new_task.num_steps}, "
+          f"{args.count} test sentences, depth {depth or cfg.model.n_layers}: accuracy {r['acc']:.4f}")
+    print("variable  supervised  accuracy    loss")
+    for i, (a, l) in enumerate(zip(r["acc_per_step"], r["loss_per_step"])):
+        print(f"#{i:<8d} {'yes' if i in supervised else '':10s} {a:9.4f} {l:7.4f}")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from .analysis.plots import plot_runs
+
+    out = plot_runs(args.runs, args.out)
+    print(f"wrote {out}")
+    return 0
+
+
 # ---- parser -------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
@@ -126,6 +198,33 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--notation", choices=["paper", "code"], default="paper", help="code: 'a = val 1 ,' (sign group)")
     s.add_argument("--out", help="write to this file (atomically) instead of stdout")
     s.set_defaults(func=cmd_generate)
+
+    s = sub.add_parser("train", help="train a model; progress shows test accuracy per chain variable")
+    s.add_argument("config", nargs="*", metavar="[CONFIG.yaml] [key=value ...]",
+                   help="a config file and dotted overrides such as train.lr=3e-3 model.n_layers=8")
+    s.add_argument("--name", help="run name (default: the config's name)")
+    s.add_argument("--runs", default="runs", help="directory holding run directories")
+    s.add_argument("--resume", metavar="RUN", help="continue a run directory from its last checkpoint")
+    s.add_argument("--no-progress", action="store_true", help="a line per evaluation instead of a live bar")
+    s.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("eval", help="evaluate a run's checkpoint, possibly on other chain lengths or groups")
+    s.add_argument("run")
+    s.add_argument("--n", type=int, help="chain length (default: the training length)")
+    s.add_argument("--n-vars", type=int, help="variable alphabet size (default: the training one)")
+    s.add_argument("--group", help="another group of the same order")
+    s.add_argument("--depth", type=int, help="layers to apply (ALBERT: any depth)")
+    s.add_argument("--checkpoint", choices=["best", "last"], default="last")
+    s.add_argument("--count", type=int, default=2000, help="test sentences")
+    s.add_argument("--seed", type=int, default=12345, help="seed of the evaluation sentences")
+    s.add_argument("--threads", type=int, default=0)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_eval)
+
+    s = sub.add_parser("plot", help="paper-style figures: accuracy per variable over training, final accuracy per variable")
+    s.add_argument("runs", nargs="+", metavar="RUN")
+    s.add_argument("--out", default=None, help="PNG path (default: RUN/accuracy.png, or accuracy.png for several runs)")
+    s.set_defaults(func=cmd_plot)
 
     s = sub.add_parser("demo", help="show the task and train the CPU recipe briefly")
     s.set_defaults(func=cmd_demo)

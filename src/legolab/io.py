@@ -9,6 +9,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 @contextmanager
 def atomic_path(path: str | Path):
     """Yield a temporary path beside ``path``; on success it replaces ``path`` in one rename."""
@@ -18,6 +22,7 @@ def atomic_path(path: str | Path):
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file ordinary permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -33,11 +38,8 @@ def write_json(path: str | Path, data) -> None:
     write_text(path, json.dumps(data, indent=2) + "\n")
 
 
-def append_jsonl(path: str | Path, record: dict) -> None:
-    """Append one record as a single write (a killed process leaves at most a partial last line,
-    which readers skip)."""
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\n")
+def write_jsonl(path: str | Path, records: list[dict]) -> None:
+    write_text(path, "".join(json.dumps(r) + "\n" for r in records))
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
@@ -45,8 +47,6 @@ def read_jsonl(path: str | Path) -> list[dict]:
     if not Path(path).exists():
         return records
     for line in Path(path).read_text().splitlines():
-        try:
+        if line.strip():
             records.append(json.loads(line))
-        except json.JSONDecodeError:
-            break  # a torn last line from a killed run
     return records

@@ -1,0 +1,6 @@
+"""Models: BERT/ALBERT-style encoders with swappable attention and TransformerLens-style hooks."""
+
+from .attention import ActivationCache, Context, SelfAttention
+from .encoder import Encoder, ModelConfig
+
+__all__ = ["ActivationCache", "Context", "Encoder", "ModelConfig", "SelfAttention"]

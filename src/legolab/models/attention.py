@@ -1,0 +1,108 @@
+"""Attention layers. Every variant takes the block's (normalised) input ``x`` and a ``Context``
+and returns the per-token update, so a block can swap one for another.
+
+- ``SelfAttention``: BERT's multi-head softmax attention. The fast path is
+  ``F.scaled_dot_product_attention``; when an analysis asks for ``hook_pattern`` the
+  probabilities softmax(QK^T / sqrt(d_head)) are computed explicitly and cached.
+  ``identity_scaled=True`` adds the two per-head scalars of Boix-Adsera et al. (seed 004):
+  scores += a_h * x x^T and output += sum_h b_h * (A_h x), both initialised to 0.
+- ``LegoAttention``: the paper's section 5 module (see its docstring).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class ActivationCache(dict):
+    """Activations by hook name, filled only for the names asked for.
+
+    ``names`` is a list of exact names or fnmatch patterns (``blocks.*.attn.hook_pattern``).
+    """
+
+    def __init__(self, names):
+        super().__init__()
+        import fnmatch
+
+        self._exact = {n for n in names if not any(c in n for c in "*?[")}
+        self._patterns = [n for n in names if n not in self._exact]
+        self._match = fnmatch.fnmatchcase
+
+    def wants(self, name: str) -> bool:
+        return name in self._exact or any(self._match(name, p) for p in self._patterns)
+
+
+@dataclass
+class Context:
+    """What every layer of one forward pass shares."""
+
+    tokens: torch.Tensor                      # (B, T) input ids
+    key_padding: torch.Tensor | None = None   # (B, T) True at padding, or None if there is none
+    cache: ActivationCache | None = None
+    shared: dict = field(default_factory=dict)  # per-input maps built once for all layers (LEGO attention)
+
+    def wants(self, name: str) -> bool:
+        return self.cache is not None and self.cache.wants(name)
+
+    def attn_mask(self) -> torch.Tensor | None:
+        """Boolean (B, 1, 1, T) mask, True where a key may be attended to."""
+        if self.key_padding is None:
+            return None
+        if "attn_mask" not in self.shared:
+            self.shared["attn_mask"] = ~self.key_padding[:, None, None, :]
+        return self.shared["attn_mask"]
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, attn_dropout: float = 0.0, identity_scaled: bool = False):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError("d_model must be divisible by n_heads")
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+        self.attn_dropout = attn_dropout
+        self.identity_scaled = identity_scaled
+        if identity_scaled:
+            self.id_qk = nn.Parameter(torch.zeros(n_heads))  # a_h
+            self.id_vo = nn.Parameter(torch.zeros(n_heads))  # b_h
+
+    def forward(self, x: torch.Tensor, ctx: Context, name: str, queries: torch.Tensor | None = None) -> torch.Tensor:
+        """Update for every token of ``x`` (B, T, D), or only for ``queries`` (B, P, D): the
+        inputs at the read-out positions, when the caller needs nothing else from this layer."""
+        B, T, D = x.shape
+        H, dh = self.n_heads, self.d_head
+        if queries is None:
+            q, k, v = self.qkv(x).view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4)  # each (B, H, T, dh)
+        else:
+            q = F.linear(queries, self.qkv.weight[:D], self.qkv.bias[:D]).view(B, -1, H, dh).transpose(1, 2)
+            k, v = F.linear(x, self.qkv.weight[D:], self.qkv.bias[D:]).view(B, T, 2, H, dh).permute(2, 0, 3, 1, 4)
+        x_q = x if queries is None else queries
+        T_q = x_q.shape[1]
+        mask = ctx.attn_mask()
+        p_drop = self.attn_dropout if self.training else 0.0
+        want_pattern = ctx.wants(f"{name}.hook_pattern")
+        if not (want_pattern or self.identity_scaled):
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop)
+            return self.out(z.transpose(1, 2).reshape(B, T_q, D))
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)
+        if self.identity_scaled:
+            scores = scores + self.id_qk.view(1, H, 1, 1) * (x_q @ x.transpose(-1, -2)).unsqueeze(1)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        pattern = scores.softmax(-1)
+        if want_pattern:
+            ctx.cache[f"{name}.hook_pattern"] = pattern
+        if p_drop:
+            pattern = F.dropout(pattern, p_drop)
+        out = self.out((pattern @ v).transpose(1, 2).reshape(B, T_q, D))
+        if self.identity_scaled:
+            # sum_h b_h A_h x, without materialising (B, H, T, D)
+            mixed = torch.einsum("h,bhts->bts", self.id_vo, pattern)
+            out = out + mixed @ x
+        return out

@@ -1,0 +1,219 @@
+"""BERT- and ALBERT-style encoders with a token-classification head.
+
+BERT: token + learned position embeddings -> LayerNorm -> n_layers blocks, each
+    post-LN (BERT):  x = LN(x + Attn(x));     x = LN(x + FFN(x))
+    pre-LN:          x = x + Attn(LN(x));     x = x + FFN(LN(x))   (final LN after the stack)
+ALBERT: one block whose weights are shared by all n_layers applications, and a factorised
+    embedding (d_embed < d_model, projected up).
+
+``depth`` overrides the number of block applications per call: stochastic depth trains the
+weight-tied model at depths drawn per batch, and evaluation may run deeper than training.
+
+Hook names follow TransformerLens: ``blocks.{l}.hook_resid_pre`` (l = 0 is the embedding
+output), ``blocks.{l}.hook_resid_post``, ``blocks.{l}.attn.hook_pattern``; only the names asked
+for are computed and kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import ConfigError
+from .attention import ActivationCache, Context, SelfAttention
+
+ARCHS = ("bert", "albert")
+NORMS = ("post", "pre")
+ATTENTIONS = ("standard", "lego-v0", "lego-v1")
+
+
+@dataclass
+class ModelConfig:
+    arch: str = "bert"                 # bert | albert (one shared block applied n_layers times)
+    n_layers: int = 6
+    d_model: int = 64
+    n_heads: int = 4
+    d_ff: int = 0                      # 0: 4 * d_model
+    d_embed: int = 0                   # ALBERT's factorised embedding size; 0: d_model
+    max_len: int = 512
+    norm: str = "post"                 # post (BERT, ALBERT) | pre
+    dropout: float = 0.0
+    attn_dropout: float = 0.0
+    ln_eps: float = 1e-12
+    attention: str = "standard"        # standard | lego-v0 | lego-v1 (section 5)
+    identity_scaled: bool = False      # seed 004's two trainable scalars per head
+    lego_kernel: int = 5               # LEGO attention: width of the depthwise convolution
+    lego_heads: int = 3                # LEGO v1: ordinary softmax heads beside the hard-coded maps
+
+    def validate(self) -> None:
+        def need(ok: bool, key: str, why: str):
+            if not ok:
+                raise ConfigError(f"model.{key}: {why}, got {getattr(self, key)!r}")
+
+        need(self.arch in ARCHS, "arch", f"must be one of {', '.join(ARCHS)}")
+        need(self.norm in NORMS, "norm", f"must be one of {', '.join(NORMS)}")
+        need(self.attention in ATTENTIONS, "attention", f"must be one of {', '.join(ATTENTIONS)}")
+        for key in ("n_layers", "d_model", "n_heads", "max_len"):
+            need(isinstance(getattr(self, key), int) and getattr(self, key) >= 1, key, "must be a positive integer")
+        for key in ("d_ff", "d_embed"):
+            need(isinstance(getattr(self, key), int) and getattr(self, key) >= 0, key, "must be a non-negative integer")
+        need(self.d_model % self.n_heads == 0, "n_heads", f"must divide d_model={self.d_model}")
+        for key in ("dropout", "attn_dropout"):
+            need(0.0 <= getattr(self, key) < 1.0, key, "must be in [0, 1)")
+        need(self.ln_eps > 0, "ln_eps", "must be positive")
+        need(self.lego_kernel >= 1 and self.lego_kernel % 2 == 1, "lego_kernel", "must be a positive odd integer")
+        need(self.attention != "lego-v1" or 0 <= self.lego_heads <= self.n_heads, "lego_heads",
+             f"must be between 0 and n_heads={self.n_heads}")
+        need(self.d_embed == 0 or self.arch == "albert", "d_embed", "a factorised embedding is ALBERT's (arch: albert)")
+
+    @property
+    def ff(self) -> int:
+        return self.d_ff or 4 * self.d_model
+
+    @property
+    def embed(self) -> int:
+        return self.d_embed or self.d_model
+
+
+class Embeddings(nn.Module):
+    def __init__(self, cfg: ModelConfig, vocab_size: int):
+        super().__init__()
+        self.tok = nn.Embedding(vocab_size, cfg.embed)
+        self.pos = nn.Embedding(cfg.max_len, cfg.embed)
+        self.norm = nn.LayerNorm(cfg.embed, eps=cfg.ln_eps)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.proj = nn.Linear(cfg.embed, cfg.d_model) if cfg.embed != cfg.d_model else None
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        T = tokens.shape[1]
+        x = self.drop(self.norm(self.tok(tokens) + self.pos.weight[:T]))
+        return self.proj(x) if self.proj is not None else x
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.up = nn.Linear(d_model, d_ff)
+        self.down = nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.down(F.gelu(self.up(x)))
+
+
+def make_attention(cfg: ModelConfig) -> nn.Module:
+    if cfg.attention == "standard":
+        return SelfAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cfg.identity_scaled)
+    from .lego_attention import LegoAttention
+
+    return LegoAttention(cfg)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.pre_norm = cfg.norm == "pre"
+        self.attn = make_attention(cfg)
+        self.ffn = FeedForward(cfg.d_model, cfg.ff)
+        self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
+        self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, ctx: Context, name: str, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """All tokens, or with ``positions`` (B, P) only the read-out tokens (B, P, d): a last
+        block whose other outputs nobody reads needs queries, FFN and norms at P tokens only."""
+        if positions is None:
+            if self.pre_norm:
+                x = x + self.drop(self.attn(self.norm1(x), ctx, f"{name}.attn"))
+                return x + self.drop(self.ffn(self.norm2(x)))
+            x = self.norm1(x + self.drop(self.attn(x, ctx, f"{name}.attn")))
+            return self.norm2(x + self.drop(self.ffn(x)))
+        picked = _gather(x, positions)
+        if self.pre_norm:
+            h = self.norm1(x)
+            y = picked + self.drop(self.attn(h, ctx, f"{name}.attn", queries=_gather(h, positions)))
+            return y + self.drop(self.ffn(self.norm2(y)))
+        y = self.norm1(picked + self.drop(self.attn(x, ctx, f"{name}.attn", queries=picked)))
+        return self.norm2(y + self.drop(self.ffn(y)))
+
+
+class Encoder(nn.Module):
+    """Encoder + token-classification head read at the given positions."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int, num_classes: int, pad_id: int = 0):
+        super().__init__()
+        cfg.validate()
+        self.cfg, self.vocab_size, self.num_classes, self.pad_id = cfg, vocab_size, num_classes, pad_id
+        self.embed = Embeddings(cfg, vocab_size)
+        n_distinct = 1 if cfg.arch == "albert" else cfg.n_layers
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(n_distinct))
+        self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps) if cfg.norm == "pre" else None
+        self.head = nn.Linear(cfg.d_model, num_classes)
+        self.apply(_init_weights)
+
+    @property
+    def tied(self) -> bool:
+        return self.cfg.arch == "albert"
+
+    def max_depth(self) -> int | None:
+        """Deepest allowed ``depth``: any for the weight-tied model, n_layers otherwise."""
+        return None if self.tied else self.cfg.n_layers
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None, depth: int | None = None,
+                cache: ActivationCache | None = None, key_padding: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, P, classes) at ``positions`` (B, P), or hidden states (B, T, d) without them.
+
+        ``key_padding`` (B, T, True at padding) is only needed when a batch holds padding.
+        """
+        depth = self.cfg.n_layers if depth is None else depth
+        if depth < 1 or (not self.tied and depth > self.cfg.n_layers):
+            raise ValueError(f"depth {depth} is outside 1..{self.max_depth() or 'any'}")
+        if tokens.shape[1] > self.cfg.max_len:
+            raise ValueError(f"sequence length {tokens.shape[1]} exceeds max_len {self.cfg.max_len}")
+        ctx = Context(tokens, key_padding, cache)
+        x = self.embed(tokens)
+        if ctx.wants("blocks.0.hook_resid_pre"):
+            cache["blocks.0.hook_resid_pre"] = x
+        last = f"blocks.{depth - 1}"
+        readout_only = positions is not None and cache is None
+        for layer in range(depth):
+            name = f"blocks.{layer}"
+            block = self.blocks[0 if self.tied else layer]
+            if readout_only and name == last:
+                x = block(x, ctx, name, positions)
+            else:
+                x = block(x, ctx, name)
+            if ctx.wants(f"{name}.hook_resid_post"):
+                cache[f"{name}.hook_resid_post"] = x
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        if positions is None:
+            return x
+        return self.head(x if readout_only else _gather(x, positions))
+
+    def run_with_cache(self, tokens, names, **kwargs) -> tuple[torch.Tensor, ActivationCache]:
+        cache = ActivationCache(names)
+        return self(tokens, cache=cache, **kwargs), cache
+
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        n = sum(p.numel() for p in self.parameters())
+        if exclude_embeddings:
+            n -= self.embed.tok.weight.numel() + self.embed.pos.weight.numel()
+        return n
+
+
+def _gather(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    return torch.gather(x, 1, positions.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+
+
+def _init_weights(m: nn.Module) -> None:
+    # BERT's initialisation: N(0, 0.02) weights, zero biases, unit LayerNorm.
+    if isinstance(m, (nn.Linear, nn.Embedding, nn.Conv1d)):
+        nn.init.normal_(m.weight, std=0.02)
+        if getattr(m, "bias", None) is not None:
+            nn.init.zeros_(m.bias)
+    elif isinstance(m, nn.LayerNorm):
+        nn.init.ones_(m.weight)
+        nn.init.zeros_(m.bias)

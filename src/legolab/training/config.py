@@ -1,0 +1,285 @@
+"""Run configuration: one YAML file with sections ``task``, ``model`` and ``train``, plus dotted
+command-line overrides (``train.lr=3e-3``). Unknown keys, wrong types and invalid values fail
+before any work with one line naming the key.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+from ..errors import ConfigError
+from ..models.encoder import ModelConfig
+from ..tasks import TASKS, task_config
+
+SCHEDULES = ("cosine", "linear", "constant")
+DTYPES = ("fp32", "bf16")
+
+
+@dataclass
+class TrainConfig:
+    # supervision: the first n_tr chain variables (0: all), or an explicit list of chain indices
+    n_tr: int = 6
+    supervise: list[int] | None = None
+    # data: a fixed training set of train_size sentences (the paper: 10^4 * n), or 0 for fresh
+    # sentences every step; the test set is fixed (the paper: 10^3 * n)
+    train_size: int = 120_000
+    test_size: int = 12_000
+    batch_size: int = 128
+    epochs: int = 10                  # passes over the training set (fresh data: eval intervals)
+    steps: int = 0                    # if > 0, train this many steps instead of epochs
+    eval_every: int = 0               # steps between evaluations; 0: once per epoch
+    eval_batch_size: int = 1000
+    # optimisation
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    warmup: float = 0.0               # fraction of all steps (< 1) or a number of steps (>= 1)
+    schedule: str = "cosine"          # cosine | linear | constant, after warmup
+    min_lr: float = 0.0               # the schedule's floor, as a fraction of lr
+    clip: float = 1.0                 # gradient-norm clipping; 0: off
+    # stochastic depth (weight-tied model): depth drawn per batch from [depth_min, depth_max]
+    depth_min: int = 0
+    depth_max: int = 0
+    eval_depth: int = 0               # 0: model.n_layers
+    # initialisation: random | a run directory or checkpoint file | hf:PATH | minilm
+    init: str = "random"
+    # runtime
+    device: str = "auto"              # auto | cpu | cuda | cuda:K
+    dtype: str = "fp32"               # fp32 | bf16 (autocast)
+    compile: bool = False
+    threads: int = 0                  # CPU threads per process; 0: all cores / processes
+
+    def validate(self, n: int, model: ModelConfig) -> None:
+        def bad(key, why):
+            raise ConfigError(f"train.{key}: {why}, got {getattr(self, key)!r}")
+
+        if not 0 <= self.n_tr <= n:
+            bad("n_tr", f"must be between 0 and task.n={n}")
+        if self.supervise is not None:
+            if not self.supervise or any(not isinstance(i, int) or not 0 <= i < n for i in self.supervise):
+                bad("supervise", f"must be a non-empty list of chain indices in 0..{n - 1}")
+        for key in ("batch_size", "eval_batch_size"):
+            if getattr(self, key) < 1:
+                bad(key, "must be a positive integer")
+        for key in ("train_size", "epochs", "steps", "eval_every", "test_size", "threads"):
+            if getattr(self, key) < 0:
+                bad(key, "must be non-negative")
+        if self.test_size < 1:
+            bad("test_size", "must be positive")
+        if self.steps == 0 and self.epochs == 0:
+            bad("epochs", "one of train.epochs and train.steps must be positive")
+        if 0 < self.train_size < self.batch_size:
+            bad("train_size", f"must be at least batch_size={self.batch_size} (or 0 for fresh data)")
+        if self.train_size == 0 and self.steps == 0 and self.eval_every == 0:
+            bad("eval_every", "fresh data (train_size 0) with epochs needs eval_every (steps per epoch)")
+        if not self.lr > 0:
+            bad("lr", "must be positive")
+        if self.weight_decay < 0:
+            bad("weight_decay", "must be non-negative")
+        for key in ("beta1", "beta2"):
+            if not 0 <= getattr(self, key) < 1:
+                bad(key, "must be in [0, 1)")
+        if self.warmup < 0:
+            bad("warmup", "must be non-negative")
+        if self.schedule not in SCHEDULES:
+            bad("schedule", f"must be one of {', '.join(SCHEDULES)}")
+        if not 0 <= self.min_lr <= 1:
+            bad("min_lr", "must be a fraction of lr in [0, 1]")
+        if self.clip < 0:
+            bad("clip", "must be non-negative")
+        if (self.depth_min == 0) != (self.depth_max == 0):
+            bad("depth_min", "set both depth_min and depth_max (or neither)")
+        if self.depth_min and not 1 <= self.depth_min <= self.depth_max:
+            bad("depth_max", f"must be >= depth_min={self.depth_min} >= 1")
+        tied = model.arch == "albert"
+        if self.depth_max and not tied and self.depth_max > model.n_layers:
+            bad("depth_max", f"an untied model has only model.n_layers={model.n_layers} layers")
+        if self.eval_depth < 0 or (self.eval_depth and not tied and self.eval_depth > model.n_layers):
+            bad("eval_depth", f"must be between 1 and {model.n_layers} for an untied model (0: n_layers)")
+        if self.dtype not in DTYPES:
+            bad("dtype", f"must be one of {', '.join(DTYPES)}")
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            bad("device", "must be auto, cpu, cuda or cuda:K")
+
+    def supervised_steps(self, n: int) -> list[int]:
+        if self.supervise is not None:
+            return sorted(set(self.supervise))
+        return list(range(self.n_tr or n))
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"
+    seed: int = 0
+    task: dict = field(default_factory=lambda: {"name": "lego", "group": "sign", "n": 12})
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def task_config(self):
+        values = dict(self.task)
+        return task_config(values.pop("name", "lego"), **values)
+
+    def validate(self) -> None:
+        if not self.name or "/" in self.name or self.name.startswith("."):
+            raise ConfigError(f"name: must be a plain directory name, got {self.name!r}")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"seed: must be a non-negative integer, got {self.seed!r}")
+        tc = self.task_config()
+        self.model.validate()
+        self.train.validate(tc.n, self.model)
+        if 2 + 5 * tc.n > self.model.max_len:
+            raise ConfigError(f"model.max_len: {self.model.max_len} is shorter than a sentence of task.n={tc.n}")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["task"] = {"name": self.task.get("name", "lego"), **asdict(self.task_config())}
+        return d
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+# ---- building from plain values ---------------------------------------------------------------
+def _coerce(value, tp, key: str):
+    """Coerce a YAML or command-line value to a dataclass field's type."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() in ("null", "none")):
+            return None
+        return _coerce(value, args[0], key)
+    if origin is list:
+        if isinstance(value, str):
+            value = yaml.safe_load(value)
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return [_coerce(v, typing.get_args(tp)[0], key) for v in value]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        try:
+            f = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
+        if f != int(f):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return int(f)
+    if tp is float:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: expected a number, got {value!r}") from None
+    if tp is str:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def _build(cls, values: dict, prefix: str):
+    if not isinstance(values, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {values!r}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(f"{prefix}{key}: unknown key (known: {', '.join(sorted(known))})")
+        kwargs[key] = _coerce(value, hints[key], prefix + key)
+    return cls(**kwargs)
+
+
+def _task_values(values) -> dict:
+    if not isinstance(values, dict):
+        raise ConfigError(f"task: expected a mapping, got {values!r}")
+    values = dict(values)
+    name = values.get("name", "lego")
+    if name not in TASKS:
+        raise ConfigError(f"task.name: unknown task {name!r} (known: {', '.join(TASKS)})")
+    cls = TASKS[name].config_class
+    built = _build(cls, {k: v for k, v in values.items() if k != "name"}, "task.")
+    return {"name": name, **asdict(built)}
+
+
+def config_from_dict(data: dict) -> RunConfig:
+    if not isinstance(data, dict):
+        raise ConfigError("config: expected a mapping with sections task, model, train")
+    known = {f.name for f in fields(RunConfig)}
+    for key in data:
+        if key not in known:
+            raise ConfigError(f"{key}: unknown key (known: {', '.join(sorted(known))})")
+    cfg = RunConfig(
+        name=_coerce(data.get("name", "run"), str, "name"),
+        seed=_coerce(data.get("seed", 0), int, "seed"),
+        task=_task_values(data.get("task", {})),
+        model=_build(ModelConfig, data.get("model") or {}, "model."),
+        train=_build(TrainConfig, data.get("train") or {}, "train."),
+    )
+    cfg.validate()
+    return cfg
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """``section.key=value`` (or ``name=...``, ``seed=...``) on top of a config mapping."""
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected key=value, such as train.lr=3e-3")
+        key, value = item.split("=", 1)
+        parts = key.strip().split(".")
+        if len(parts) == 1:
+            data[parts[0]] = value
+        elif len(parts) == 2:
+            section = data.setdefault(parts[0], {})
+            if not isinstance(section, dict):
+                raise ConfigError(f"override {item!r}: {parts[0]} is not a section")
+            section[parts[1]] = yaml.safe_load(value) if parts[0] == "task" else value
+        else:
+            raise ConfigError(f"override {item!r}: keys have at most one dot (section.key)")
+    return data
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
+    data = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {str(path)!r}: not valid YAML ({str(e).splitlines()[0]})") from None
+        data.setdefault("name", path.stem)
+    return config_from_dict(apply_overrides(data, list(overrides)))
+
+
+def diff_configs(a: RunConfig, b: RunConfig, ignore: tuple[str, ...] = ()) -> list[str]:
+    """Dotted keys whose values differ, as 'key: a -> b'."""
+    out = []
+    da, db = a.to_dict(), b.to_dict()
+    for section in da:
+        va, vb = da[section], db.get(section)
+        if isinstance(va, dict):
+            for k in sorted(set(va) | set(vb or {})):
+                key = f"{section}.{k}"
+                if key not in ignore and va.get(k) != (vb or {}).get(k):
+                    out.append(f"{key}: {va.get(k)!r} -> {(vb or {}).get(k)!r}")
+        elif section not in ignore and va != vb:
+            out.append(f"{section}: {va!r} -> {vb!r}")
+    return out
+
+

@@ -1,0 +1,39 @@
+"""Reading run directories back: the config, the model at a checkpoint, the metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import LegoError
+from ..io import read_jsonl
+from ..models import Encoder
+from ..tasks import make_task
+from .checkpoint import load_model_weights, model_weights, read_checkpoint
+from .config import RunConfig, load_config
+
+
+def run_config(run_dir: str | Path) -> RunConfig:
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise LegoError(f"{run_dir}: not a run directory (no config.yaml)")
+    return load_config(run_dir / "config.yaml")
+
+
+def load_run(run_dir: str | Path, checkpoint: str = "best", device="cpu"):
+    """(config, task, model in eval mode) of a run directory at its best or last checkpoint."""
+    run_dir = Path(run_dir)
+    cfg = run_config(run_dir)
+    path = run_dir / "checkpoints" / f"{checkpoint}.safetensors"
+    if not path.is_file():
+        raise LegoError(f"{run_dir}: no {checkpoint} checkpoint yet (checkpoints/{checkpoint}.safetensors)")
+    task = make_task(cfg.task.get("name", "lego"), cfg.task_config(), seed=cfg.seed)
+    model = Encoder(cfg.model, len(task.vocab), task.num_classes)
+    tensors, _ = read_checkpoint(path)
+    load_model_weights(model, model_weights(tensors), str(path))
+    return cfg, task, model.to(device).eval()
+
+
+def run_metrics(run_dir: str | Path) -> list[dict]:
+    run_dir = Path(run_dir)
+    run_config(run_dir)
+    return read_jsonl(run_dir / "metrics.jsonl")
