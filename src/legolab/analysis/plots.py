@@ -54,9 +54,77 @@ def plot_runs(run_dirs: list[str], out: str | None = None, x: str = "epoch") -> 
     ax.set_ylim(0.4, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
+    return _save(fig, Path(out) if out else (runs[0][0] / "accuracy.png" if k == 1 else Path("accuracy.png")))
+
+
+def _save(fig, out: str | Path) -> Path:
+    plt = _pyplot()
     fig.tight_layout()
-    out_path = Path(out) if out else (runs[0][0] / "accuracy.png" if k == 1 else Path("accuracy.png"))
-    with atomic_path(out_path) as tmp:
+    with atomic_path(out) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
-    return out_path
+    return Path(out)
+
+
+def plot_head_scores(scores: dict, out: str | Path, title: str = "") -> Path:
+    """A layers x heads heatmap per score."""
+    plt = _pyplot()
+    keys = list(scores)
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.3 * len(keys), 3.4), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        m = scores[key].numpy()
+        im = ax.imshow(m, vmin=0, vmax=1, cmap="magma", aspect="auto")
+        ax.set_title(key, fontsize=10)
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.set_xticks(range(m.shape[1]))
+        ax.set_yticks(range(m.shape[0]))
+        ax.tick_params(labelsize=6)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight")
+    plt.close(fig)
+    return Path(out)
+
+
+def plot_attention_maps(maps: list[tuple[str, "object"]], labels: list[str], out: str | Path) -> Path:
+    """Full attention maps of chosen heads on one sentence, axes labelled with its tokens."""
+    plt = _pyplot()
+    k = len(maps)
+    cols = min(k, 3)
+    rows = (k + cols - 1) // cols
+    size = max(4.0, 0.12 * len(labels))
+    fig, axes = plt.subplots(rows, cols, figsize=(size * cols, size * rows), squeeze=False)
+    for ax in axes.ravel()[k:]:
+        ax.axis("off")
+    for ax, (title, m) in zip(axes.ravel(), maps):
+        ax.imshow(m, cmap="Blues", vmin=0)
+        ax.set_title(title, fontsize=10)
+        ax.set_xticks(range(len(labels)))
+        ax.set_yticks(range(len(labels)))
+        ax.set_xticklabels(labels, fontsize=5, rotation=90)
+        ax.set_yticklabels(labels, fontsize=5)
+    return _save(fig, out)
+
+
+def plot_probe_grid(grid, out: str | Path, supervised: set[int] = frozenset(), title: str = "") -> Path:
+    """Probe accuracy, layers x chain index."""
+    plt = _pyplot()
+    L1, n = grid.shape
+    fig, ax = plt.subplots(figsize=(0.45 * n + 2, 0.35 * L1 + 1.6))
+    im = ax.imshow(grid.numpy(), vmin=0.5, vmax=1, cmap="viridis", origin="lower", aspect="auto")
+    for layer in range(L1):
+        for i in range(n):
+            ax.text(i, layer, f"{100 * float(grid[layer, i]):.0f}", ha="center", va="center", fontsize=6,
+                    color="white" if grid[layer, i] < 0.8 else "black")
+    ax.set_xticks(range(n))
+    ax.set_xticklabels([f"#{i}{'*' if i in supervised else ''}" for i in range(n)], fontsize=7)
+    ax.set_yticks(range(L1))
+    ax.set_yticklabels(["emb"] + [str(i + 1) for i in range(L1 - 1)], fontsize=7)
+    ax.set_xlabel("chain index (* supervised)")
+    ax.set_ylabel("layer")
+    ax.set_title(title or "linear probe accuracy", fontsize=10)
+    fig.colorbar(im, ax=ax, shrink=0.8)
+    return _save(fig, out)

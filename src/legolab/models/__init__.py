@@ -1,6 +1,6 @@
 """Models: BERT/ALBERT-style encoders with swappable attention and TransformerLens-style hooks."""
 
 from .attention import ActivationCache, Context, SelfAttention
-from .encoder import Encoder, ModelConfig
+from .encoder import Encoder, ModelConfig, build_model
 
-__all__ = ["ActivationCache", "Context", "Encoder", "ModelConfig", "SelfAttention"]
+__all__ = ["ActivationCache", "Context", "Encoder", "ModelConfig", "SelfAttention", "build_model"]

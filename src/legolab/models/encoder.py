@@ -43,6 +43,8 @@ class ModelConfig:
     dropout: float = 0.0
     attn_dropout: float = 0.0
     ln_eps: float = 1e-12
+    init_std: float = 0.02             # N(0, init_std) weights (BERT: 0.02)
+    tokenizer: str = "compact"         # compact (the task's ids) | wordpiece (bert-base-uncased ids)
     attention: str = "standard"        # standard | lego-v0 | lego-v1 (section 5)
     identity_scaled: bool = False      # seed 004's two trainable scalars per head
     lego_kernel: int = 5               # LEGO attention: width of the depthwise convolution
@@ -56,6 +58,7 @@ class ModelConfig:
         need(self.arch in ARCHS, "arch", f"must be one of {', '.join(ARCHS)}")
         need(self.norm in NORMS, "norm", f"must be one of {', '.join(NORMS)}")
         need(self.attention in ATTENTIONS, "attention", f"must be one of {', '.join(ATTENTIONS)}")
+        need(self.tokenizer in ("compact", "wordpiece"), "tokenizer", "must be compact or wordpiece")
         for key in ("n_layers", "d_model", "n_heads", "max_len"):
             need(isinstance(getattr(self, key), int) and getattr(self, key) >= 1, key, "must be a positive integer")
         for key in ("d_ff", "d_embed"):
@@ -64,6 +67,7 @@ class ModelConfig:
         for key in ("dropout", "attn_dropout"):
             need(0.0 <= getattr(self, key) < 1.0, key, "must be in [0, 1)")
         need(self.ln_eps > 0, "ln_eps", "must be positive")
+        need(self.init_std > 0, "init_std", "must be positive")
         need(self.lego_kernel >= 1 and self.lego_kernel % 2 == 1, "lego_kernel", "must be a positive odd integer")
         need(self.attention != "lego-v1" or 0 <= self.lego_heads <= self.n_heads, "lego_heads",
              f"must be between 0 and n_heads={self.n_heads}")
@@ -142,16 +146,20 @@ class Block(nn.Module):
 class Encoder(nn.Module):
     """Encoder + token-classification head read at the given positions."""
 
-    def __init__(self, cfg: ModelConfig, vocab_size: int, num_classes: int, pad_id: int = 0):
+    def __init__(self, cfg: ModelConfig, vocab_size: int, num_classes: int, input_map: torch.Tensor | None = None):
+        """``input_map`` (task vocabulary -> embedding row) lets a model with another vocabulary
+        (WordPiece) read task ids; analyses keep seeing the task's own ids."""
         super().__init__()
         cfg.validate()
-        self.cfg, self.vocab_size, self.num_classes, self.pad_id = cfg, vocab_size, num_classes, pad_id
+        self.cfg, self.num_classes = cfg, num_classes
+        self.vocab_size = vocab_size if input_map is None else len(input_map)
+        self.register_buffer("input_map", input_map, persistent=input_map is not None)
         self.embed = Embeddings(cfg, vocab_size)
         n_distinct = 1 if cfg.arch == "albert" else cfg.n_layers
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(n_distinct))
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps) if cfg.norm == "pre" else None
         self.head = nn.Linear(cfg.d_model, num_classes)
-        self.apply(_init_weights)
+        self.apply(lambda m: _init_weights(m, cfg.init_std))
 
     @property
     def tied(self) -> bool:
@@ -173,7 +181,7 @@ class Encoder(nn.Module):
         if tokens.shape[1] > self.cfg.max_len:
             raise ValueError(f"sequence length {tokens.shape[1]} exceeds max_len {self.cfg.max_len}")
         ctx = Context(tokens, key_padding, cache)
-        x = self.embed(tokens)
+        x = self.embed(tokens if self.input_map is None else self.input_map[tokens])
         if ctx.wants("blocks.0.hook_resid_pre"):
             cache["blocks.0.hook_resid_pre"] = x
         last = f"blocks.{depth - 1}"
@@ -204,14 +212,23 @@ class Encoder(nn.Module):
         return n
 
 
+def build_model(cfg: ModelConfig, task) -> Encoder:
+    """The encoder for ``task``: its own vocabulary, or WordPiece ids through an input map."""
+    if cfg.tokenizer == "wordpiece":
+        from .hf import wordpiece_ids, wordpiece_vocab
+
+        return Encoder(cfg, len(wordpiece_vocab()), task.num_classes, input_map=wordpiece_ids(task))
+    return Encoder(cfg, len(task.vocab), task.num_classes)
+
+
 def _gather(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return torch.gather(x, 1, positions.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
 
 
-def _init_weights(m: nn.Module) -> None:
+def _init_weights(m: nn.Module, std: float) -> None:
     # BERT's initialisation: N(0, 0.02) weights, zero biases, unit LayerNorm.
     if isinstance(m, (nn.Linear, nn.Embedding, nn.Conv1d)):
-        nn.init.normal_(m.weight, std=0.02)
+        nn.init.normal_(m.weight, std=std)
         if getattr(m, "bias", None) is not None:
             nn.init.zeros_(m.bias)
     elif isinstance(m, nn.LayerNorm):

@@ -29,6 +29,10 @@ class TrainConfig:
     # sentences every step; the test set is fixed (the paper: 10^3 * n)
     train_size: int = 120_000
     test_size: int = 12_000
+    # curriculum over chain length (fresh data): stage i trains curriculum_steps[i] steps on
+    # sentences of curriculum_n[i] clauses, then training continues on task.n
+    curriculum_n: list[int] | None = None
+    curriculum_steps: list[int] | None = None
     batch_size: int = 128
     epochs: int = 10                  # passes over the training set (fresh data: eval intervals)
     steps: int = 0                    # if > 0, train this many steps instead of epochs
@@ -78,6 +82,17 @@ class TrainConfig:
             bad("train_size", f"must be at least batch_size={self.batch_size} (or 0 for fresh data)")
         if self.train_size == 0 and self.steps == 0 and self.eval_every == 0:
             bad("eval_every", "fresh data (train_size 0) with epochs needs eval_every (steps per epoch)")
+        if (self.curriculum_n is None) != (self.curriculum_steps is None):
+            bad("curriculum_n", "set both curriculum_n and curriculum_steps (or neither)")
+        if self.curriculum_n is not None:
+            if len(self.curriculum_n) != len(self.curriculum_steps) or not self.curriculum_n:
+                bad("curriculum_steps", "must list one step count per curriculum_n entry")
+            if any(not 1 <= k <= n for k in self.curriculum_n):
+                bad("curriculum_n", f"chain lengths must be in 1..task.n={n}")
+            if any(s < 1 for s in self.curriculum_steps):
+                bad("curriculum_steps", "must be positive")
+            if self.train_size:
+                bad("train_size", "a curriculum draws fresh sentences: set train_size to 0")
         if not self.lr > 0:
             bad("lr", "must be positive")
         if self.weight_decay < 0:
@@ -106,6 +121,14 @@ class TrainConfig:
             bad("dtype", f"must be one of {', '.join(DTYPES)}")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             bad("device", "must be auto, cpu, cuda or cuda:K")
+
+    def chain_length(self, step: int, n: int) -> int:
+        """The sentence length trained on at ``step`` (the curriculum's stage, else task.n)."""
+        for k, length in zip(self.curriculum_n or [], self.curriculum_steps or []):
+            if step < length:
+                return k
+            step -= length
+        return n
 
     def supervised_steps(self, n: int) -> list[int]:
         if self.supervise is not None:

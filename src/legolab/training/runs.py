@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..errors import LegoError
 from ..io import read_jsonl
-from ..models import Encoder
+from ..models import Encoder, build_model
 from ..tasks import make_task
 from .checkpoint import load_model_weights, model_weights, read_checkpoint
 from .config import RunConfig, load_config
@@ -27,7 +27,7 @@ def load_run(run_dir: str | Path, checkpoint: str = "best", device="cpu"):
     if not path.is_file():
         raise LegoError(f"{run_dir}: no {checkpoint} checkpoint yet (checkpoints/{checkpoint}.safetensors)")
     task = make_task(cfg.task.get("name", "lego"), cfg.task_config(), seed=cfg.seed)
-    model = Encoder(cfg.model, len(task.vocab), task.num_classes)
+    model = build_model(cfg.model, task)
     tensors, _ = read_checkpoint(path)
     load_model_weights(model, model_weights(tensors), str(path))
     return cfg, task, model.to(device).eval()
@@ -37,3 +37,18 @@ def run_metrics(run_dir: str | Path) -> list[dict]:
     run_dir = Path(run_dir)
     run_config(run_dir)
     return read_jsonl(run_dir / "metrics.jsonl")
+
+
+def load_source(source: str, checkpoint: str = "last", group: str = "sign", n: int = 12, seed: int = 0):
+    """A run directory, or a pretrained checkpoint (``minilm``, ``hf:PATH``) before fine-tuning
+    (then on LEGO over ``group`` with chain length ``n``). Returns (run config or None, task, model)."""
+    if source == "minilm" or source.startswith("hf:"):
+        from ..models.hf import load_pretrained_into, model_config_from_hf, read_hf_config, resolve
+        from ..tasks import LegoConfig, LegoTask
+
+        model_cfg = model_config_from_hf(read_hf_config(resolve(source)))
+        task = LegoTask(LegoConfig(group=group, n=n), seed=seed)
+        model = build_model(model_cfg, task)
+        load_pretrained_into(model, source, task)
+        return None, task, model.eval()
+    return load_run(source, checkpoint)

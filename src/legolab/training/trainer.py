@@ -15,6 +15,7 @@ of supervised read-outs, so K ranks compute the same update as one process.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -25,7 +26,7 @@ import torch
 
 from ..errors import LegoError
 from ..io import read_jsonl, write_jsonl, write_text
-from ..models import Encoder
+from ..models import Encoder, build_model
 from ..tasks import make_task
 from .checkpoint import load_model_weights, model_weights, read_checkpoint, restore_training_state, save_checkpoint
 from .config import RunConfig, diff_configs, load_config
@@ -137,7 +138,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, progress, dist: Distribu
     task_cfg = cfg.task_config()
     task = make_task(cfg.task.get("name", "lego"), task_cfg, seed=cfg.seed)
     n = task.num_steps
-    model = Encoder(cfg.model, len(task.vocab), task.num_classes).to(device)
+    model = build_model(cfg.model, task).to(device)
     init_note = initialise(model, tc.init, task) if not resume else "resumed"
     opt = make_optimizer(model, tc.lr, tc.weight_decay, (tc.beta1, tc.beta2))
 
@@ -152,6 +153,14 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, progress, dist: Distribu
     supervised = supervised.to(device)
     variable_length = getattr(task_cfg, "n_min", None) is not None
     eval_depth = tc.eval_depth or None
+    stages = {n: task}
+
+    def stage_task(k: int):
+        """The task at chain length k (a curriculum stage); same vocabulary, own random stream."""
+        if k not in stages:
+            stages[k] = make_task(cfg.task.get("name", "lego"), dataclasses.replace(task_cfg, n=k),
+                                  seed=cfg.seed * 1_000_003 + k)
+        return stages[k]
 
     # state: fresh, or the last checkpoint
     step, records, best, elapsed = 0, [], None, 0.0
@@ -194,7 +203,8 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, progress, dist: Distribu
             global_steps = fixed.steps[idx]
         else:
             lo = step * tc.batch_size
-            batch = TensorBatch.from_batch(task.sample("train", range(lo + dist.rank * local, lo + (dist.rank + 1) * local)))
+            source = stage_task(tc.chain_length(step, n))
+            batch = TensorBatch.from_batch(source.sample("train", range(lo + dist.rank * local, lo + (dist.rank + 1) * local)))
             global_steps = None
         batch = batch.to(device)
         mask = (batch.steps >= 0) & supervised[batch.steps.clamp(min=0)]

@@ -1,0 +1,104 @@
+"""Mimicking initialisation (section 4.2.2, appendix B.3).
+
+A randomly initialised model is trained, on random LEGO sentences and without labels, so that in
+every layer head 0 matches the manipulation target and head 1 the association target:
+
+  manipulation  weights 1, 2, 4, 2, 1 on offsets -2..2 around the diagonal (clipped at the edges),
+                + 1e-3 everywhere, rows normalised;
+  association   1 where positions i != j hold the same token, + 1e-3, rows normalised.
+
+The loss is sum over layers of KL(p || target) for the two heads, with p = the head's attention
+smoothed by the same 1e-3, averaged over rows and sentences: the direction and smoothing of the
+paper's public code. The other heads are free. The result is saved as a run directory whose
+``checkpoints/last.safetensors`` ``train.init`` can load.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from ..errors import LegoError
+from ..io import write_jsonl, write_text
+from ..models import build_model
+from ..tasks import make_task
+from .checkpoint import save_checkpoint
+from .config import RunConfig
+
+SMOOTH = 1e-3
+BAND = (1.0, 2.0, 4.0, 2.0, 1.0)
+
+
+def manipulation_target(T: int, device="cpu") -> torch.Tensor:
+    offsets = torch.arange(T)[None, :] - torch.arange(T)[:, None]
+    t = torch.zeros(T, T)
+    for off, w in zip(range(-2, 3), BAND):
+        t[offsets == off] = w
+    t = t + SMOOTH
+    return (t / t.sum(-1, keepdim=True)).to(device)
+
+
+def association_target(tokens: torch.Tensor) -> torch.Tensor:
+    T = tokens.shape[1]
+    t = (tokens[:, :, None] == tokens[:, None, :]).float()
+    t = t * (1 - torch.eye(T, device=tokens.device)) + SMOOTH
+    return t / t.sum(-1, keepdim=True)
+
+
+def kl_to_target(pattern: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean over rows and sentences of KL(p || target), p smoothed like the target."""
+    p = pattern + SMOOTH
+    p = p / p.sum(-1, keepdim=True)
+    return (p * (p.log() - target.log())).sum(-1).mean()
+
+
+def mimic_loss(model, tokens: torch.Tensor, depth: int | None = None) -> torch.Tensor:
+    depth = depth or model.cfg.n_layers
+    _, cache = model.run_with_cache(tokens, ["blocks.*.attn.hook_pattern"], depth=depth)
+    manip, assoc = manipulation_target(tokens.shape[1], tokens.device), association_target(tokens)
+    loss = 0.0
+    for layer in range(depth):
+        p = cache[f"blocks.{layer}.attn.hook_pattern"]
+        loss = loss + kl_to_target(p[:, 0], manip) + kl_to_target(p[:, 1], assoc)
+    return loss
+
+
+def mimic(cfg: RunConfig, out_dir: str | Path, steps: int = 1000, batch_size: int = 64, lr: float = 1e-3,
+          log_every: int = 50, log=print) -> list[dict]:
+    """Train the mimicking objective for ``steps`` and save the initialisation in ``out_dir``."""
+    if cfg.model.attention != "standard" or cfg.model.n_heads < 2:
+        raise LegoError("mimic: needs standard softmax attention with at least 2 heads per layer")
+    out_dir = Path(out_dir)
+    if (out_dir / "config.yaml").exists():
+        raise LegoError(f"{out_dir} already exists: choose another --name")
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.train.threads or torch.get_num_threads())
+    task = make_task(cfg.task.get("name", "lego"), cfg.task_config(), seed=cfg.seed)
+    model = build_model(cfg.model, task)
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+    held_out = torch.from_numpy(task.sample("mimic-test", range(200)).tokens).long()
+    records, t0 = [], time.perf_counter()
+    for step in range(1, steps + 1):
+        tokens = torch.from_numpy(task.sample("mimic", range((step - 1) * batch_size, step * batch_size)).tokens).long()
+        loss = mimic_loss(model, tokens)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step % log_every == 0 or step == steps:
+            model.eval()
+            with torch.no_grad():
+                held = float(mimic_loss(model, held_out))
+            model.train()
+            records.append({"step": step, "loss": loss.item(), "held_out_loss": held, "time": time.perf_counter() - t0})
+            log(f"mimic step {step:>6d}/{steps}  loss {loss.item():.4f}  held-out {held:.4f}")
+    (out_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    write_text(out_dir / "config.yaml", cfg.to_yaml())
+    write_jsonl(out_dir / "mimic.jsonl", records)
+    save_checkpoint(out_dir / "checkpoints" / "last.safetensors", model,
+                    {"step": steps, "mimic": True, "config": cfg.to_dict()}, rng=False)
+    return records
