@@ -277,6 +277,38 @@ def cmd_mimic(args) -> int:
     return 0
 
 
+def cmd_flops(args) -> int:
+    import torch
+
+    from .analysis.flops import PRESETS, report
+    from .io import write_json
+
+    if args.model not in PRESETS:
+        raise LegoError(f"--model: unknown preset {args.model!r} (known: {', '.join(PRESETS)})")
+    try:
+        seqs = sorted({int(s) for s in args.seq.split(",")})
+    except ValueError:
+        raise LegoError(f"--seq: expected comma-separated lengths, got {args.seq!r}") from None
+    if min(seqs) < 4 or args.batch < 1:
+        raise LegoError("--seq and --batch must be positive (sequences of at least 4 tokens)")
+    attentions = ["bert", "lego-v0", "lego-v1"] if args.attention == "all" else [args.attention]
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    rows = report(args.model, attentions, args.batch, seqs, args.latency_batch, args.latency_max_seq)
+    base = {r["seq"]: r["flops"] for r in rows if r["attention"] == "bert"}
+    print(f"{args.model}: inference FLOPs for {args.batch} sequences (FlopCounterMode, exact attention path, "
+          f"embeddings excluded); latency: median CPU forward at batch {args.latency_batch}, "
+          f"{torch.get_num_threads()} threads")
+    print(f"{'attention':10s} {'seq':>6s} {'TFLOP':>9s} {'vs bert':>8s} {'params':>8s} {'no emb.':>8s} {'latency':>9s}")
+    for r in rows:
+        rel = f"{r['flops'] / base[r['seq']]:7.2f}x" if r["seq"] in base else ""
+        lat = f"{r['latency_s'] * 1e3:7.0f}ms" if r["latency_s"] is not None else "        -"
+        print(f"{r['attention']:10s} {r['seq']:6d} {r['flops'] / 1e12:9.3f} {rel:>8s} {r['params'] / 1e6:7.1f}M "
+              f"{r['params_no_embeddings'] / 1e6:7.1f}M {lat}")
+    if args.json:
+        write_json(args.json, {"model": args.model, "rows": rows})
+    return 0
+
+
 # ---- parser -------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
@@ -359,6 +391,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--name", help="output run name (default: mimic-CONFIGNAME)")
     s.add_argument("--runs", default="runs")
     s.set_defaults(func=cmd_mimic)
+
+    s = sub.add_parser("flops", help="inference FLOPs, size and CPU latency: BERT vs LEGO attention v0/v1")
+    s.add_argument("--model", default="bert-base", help="bert-base | bert-small | minilm | cpu")
+    s.add_argument("--attention", choices=["bert", "lego-v0", "lego-v1", "all"], default="all")
+    s.add_argument("--batch", type=int, default=64)
+    s.add_argument("--seq", default="512,2048,8192", help="comma-separated sequence lengths")
+    s.add_argument("--latency-batch", type=int, default=1, help="batch for the timed forward pass; 0: skip")
+    s.add_argument("--latency-max-seq", type=int, default=8192, help="time only sequences up to this length")
+    s.add_argument("--threads", type=int, default=0)
+    s.add_argument("--json", help="also write the rows to this JSON file")
+    s.set_defaults(func=cmd_flops)
 
     s = sub.add_parser("demo", help="show the task and train the CPU recipe briefly")
     s.set_defaults(func=cmd_demo)

@@ -45,6 +45,8 @@ class Context:
     key_padding: torch.Tensor | None = None   # (B, T) True at padding, or None if there is none
     cache: ActivationCache | None = None
     shared: dict = field(default_factory=dict)  # per-input maps built once for all layers (LEGO attention)
+    bos_id: int = 1                           # token ids of BOS and EOS (LEGO attention's broadcast maps)
+    eos_id: int = 2
 
     def wants(self, name: str) -> bool:
         return self.cache is not None and self.cache.wants(name)
@@ -72,14 +74,16 @@ class SelfAttention(nn.Module):
             self.id_qk = nn.Parameter(torch.zeros(n_heads))  # a_h
             self.id_vo = nn.Parameter(torch.zeros(n_heads))  # b_h
 
-    def forward(self, x: torch.Tensor, ctx: Context, name: str, queries: torch.Tensor | None = None) -> torch.Tensor:
-        """Update for every token of ``x`` (B, T, D), or only for ``queries`` (B, P, D): the
-        inputs at the read-out positions, when the caller needs nothing else from this layer."""
+    def forward(self, x: torch.Tensor, ctx: Context, name: str, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Update for every token of ``x`` (B, T, D), or only at ``positions`` (B, P), the
+        read-out tokens, when the caller needs nothing else from this layer."""
         B, T, D = x.shape
         H, dh = self.n_heads, self.d_head
-        if queries is None:
+        if positions is None:
+            queries = None
             q, k, v = self.qkv(x).view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4)  # each (B, H, T, dh)
         else:
+            queries = torch.gather(x, 1, positions.unsqueeze(-1).expand(-1, -1, D))
             q = F.linear(queries, self.qkv.weight[:D], self.qkv.bias[:D]).view(B, -1, H, dh).transpose(1, 2)
             k, v = F.linear(x, self.qkv.weight[D:], self.qkv.bias[D:]).view(B, T, 2, H, dh).permute(2, 0, 3, 1, 4)
         x_q = x if queries is None else queries

@@ -48,7 +48,8 @@ class ModelConfig:
     attention: str = "standard"        # standard | lego-v0 | lego-v1 (section 5)
     identity_scaled: bool = False      # seed 004's two trainable scalars per head
     lego_kernel: int = 5               # LEGO attention: width of the depthwise convolution
-    lego_heads: int = 3                # LEGO v1: ordinary softmax heads beside the hard-coded maps
+    lego_heads: int = 0                # LEGO v1: ordinary softmax heads beside the 3 hard-coded maps;
+                                       # 0: n_heads // 4 (3 of BERT-base's 12, as in the paper)
 
     def validate(self) -> None:
         def need(ok: bool, key: str, why: str):
@@ -69,13 +70,17 @@ class ModelConfig:
         need(self.ln_eps > 0, "ln_eps", "must be positive")
         need(self.init_std > 0, "init_std", "must be positive")
         need(self.lego_kernel >= 1 and self.lego_kernel % 2 == 1, "lego_kernel", "must be a positive odd integer")
-        need(self.attention != "lego-v1" or 0 <= self.lego_heads <= self.n_heads, "lego_heads",
-             f"must be between 0 and n_heads={self.n_heads}")
+        need(0 <= self.lego_heads <= self.n_heads, "lego_heads", f"must be between 0 and n_heads={self.n_heads}")
         need(self.d_embed == 0 or self.arch == "albert", "d_embed", "a factorised embedding is ALBERT's (arch: albert)")
 
     @property
     def ff(self) -> int:
         return self.d_ff or 4 * self.d_model
+
+    @property
+    def ordinary_heads(self) -> int:
+        """Softmax heads of LEGO v1."""
+        return self.lego_heads or max(1, self.n_heads // 4)
 
     @property
     def embed(self) -> int:
@@ -136,22 +141,23 @@ class Block(nn.Module):
             return self.norm2(x + self.drop(self.ffn(x)))
         picked = _gather(x, positions)
         if self.pre_norm:
-            h = self.norm1(x)
-            y = picked + self.drop(self.attn(h, ctx, f"{name}.attn", queries=_gather(h, positions)))
+            y = picked + self.drop(self.attn(self.norm1(x), ctx, f"{name}.attn", positions))
             return y + self.drop(self.ffn(self.norm2(y)))
-        y = self.norm1(picked + self.drop(self.attn(x, ctx, f"{name}.attn", queries=picked)))
+        y = self.norm1(picked + self.drop(self.attn(x, ctx, f"{name}.attn", positions)))
         return self.norm2(y + self.drop(self.ffn(y)))
 
 
 class Encoder(nn.Module):
     """Encoder + token-classification head read at the given positions."""
 
-    def __init__(self, cfg: ModelConfig, vocab_size: int, num_classes: int, input_map: torch.Tensor | None = None):
+    def __init__(self, cfg: ModelConfig, vocab_size: int, num_classes: int, input_map: torch.Tensor | None = None,
+                 special_ids: tuple[int, int] = (1, 2)):
         """``input_map`` (task vocabulary -> embedding row) lets a model with another vocabulary
-        (WordPiece) read task ids; analyses keep seeing the task's own ids."""
+        (WordPiece) read task ids; analyses keep seeing the task's own ids. ``special_ids`` are
+        the BOS and EOS ids that LEGO attention broadcasts from."""
         super().__init__()
         cfg.validate()
-        self.cfg, self.num_classes = cfg, num_classes
+        self.cfg, self.num_classes, self.special_ids = cfg, num_classes, special_ids
         self.vocab_size = vocab_size if input_map is None else len(input_map)
         self.register_buffer("input_map", input_map, persistent=input_map is not None)
         self.embed = Embeddings(cfg, vocab_size)
@@ -180,7 +186,7 @@ class Encoder(nn.Module):
             raise ValueError(f"depth {depth} is outside 1..{self.max_depth() or 'any'}")
         if tokens.shape[1] > self.cfg.max_len:
             raise ValueError(f"sequence length {tokens.shape[1]} exceeds max_len {self.cfg.max_len}")
-        ctx = Context(tokens, key_padding, cache)
+        ctx = Context(tokens, key_padding, cache, bos_id=self.special_ids[0], eos_id=self.special_ids[1])
         x = self.embed(tokens if self.input_map is None else self.input_map[tokens])
         if ctx.wants("blocks.0.hook_resid_pre"):
             cache["blocks.0.hook_resid_pre"] = x
@@ -214,11 +220,12 @@ class Encoder(nn.Module):
 
 def build_model(cfg: ModelConfig, task) -> Encoder:
     """The encoder for ``task``: its own vocabulary, or WordPiece ids through an input map."""
+    specials = (task.vocab["[BOS]"], task.vocab["[EOS]"])
     if cfg.tokenizer == "wordpiece":
         from .hf import wordpiece_ids, wordpiece_vocab
 
-        return Encoder(cfg, len(wordpiece_vocab()), task.num_classes, input_map=wordpiece_ids(task))
-    return Encoder(cfg, len(task.vocab), task.num_classes)
+        return Encoder(cfg, len(wordpiece_vocab()), task.num_classes, input_map=wordpiece_ids(task), special_ids=specials)
+    return Encoder(cfg, len(task.vocab), task.num_classes, special_ids=specials)
 
 
 def _gather(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
