@@ -309,6 +309,33 @@ def cmd_flops(args) -> int:
     return 0
 
 
+def cmd_pretrain(args) -> int:
+    from pathlib import Path
+
+    from .training.pretrain import PretrainRun, load_pretrain_config, pretrain
+
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    if args.resume:
+        run_dir = Path(args.resume)
+        if not (run_dir / "config.yaml").is_file():
+            raise LegoError(f"{run_dir}: not a run directory (no config.yaml)")
+        import yaml
+
+        run = PretrainRun.from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()))
+        pretrain(run, run_dir, resume=True, log=log)
+        return 0
+    config, overrides = _split_config_args(args.config)
+    if args.attention:
+        overrides.append(f"model.attention={ {'bert': 'standard'}.get(args.attention, args.attention) }")
+    if args.corpus:
+        overrides.append(f"pretrain.corpus={args.corpus}")
+    run = load_pretrain_config(config, overrides)
+    if args.name:
+        run.name = args.name
+    pretrain(run, Path(args.runs) / run.name, log=log)
+    return 0
+
+
 # ---- parser -------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
@@ -403,6 +430,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", help="also write the rows to this JSON file")
     s.set_defaults(func=cmd_flops)
 
+    s = sub.add_parser("pretrain", help="masked-LM pretraining on plain text (BERT vs LEGO attention)")
+    s.add_argument("config", nargs="*", metavar="[CONFIG.yaml] [key=value ...]")
+    s.add_argument("--attention", choices=["bert", "lego-v0", "lego-v1"])
+    s.add_argument("--corpus", help="stdlib (the standard library's docstrings), a .txt file or a directory")
+    s.add_argument("--name")
+    s.add_argument("--runs", default="runs")
+    s.add_argument("--resume", metavar="RUN")
+    s.set_defaults(func=cmd_pretrain)
+
     s = sub.add_parser("demo", help="show the task and train the CPU recipe briefly")
     s.set_defaults(func=cmd_demo)
 
@@ -414,7 +450,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # key=value overrides may come after options: `legolab train cfg.yaml --name x train.lr=1e-3`
+    if extra:
+        if isinstance(getattr(args, "config", None), list) and all("=" in e and not e.startswith("-") for e in extra):
+            args.config += extra
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.func(args) or 0
     except LegoError as e:

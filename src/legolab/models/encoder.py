@@ -44,6 +44,8 @@ class ModelConfig:
     attn_dropout: float = 0.0
     ln_eps: float = 1e-12
     init_std: float = 0.02             # N(0, init_std) weights (BERT: 0.02)
+    mimetic_init: bool = False         # W_K starts equal to W_Q: same tokens attend to each other at
+                                       # init (Trockman & Kolter 2023; seed 004's mimetic_init_kq)
     tokenizer: str = "compact"         # compact (the task's ids) | wordpiece (bert-base-uncased ids)
     attention: str = "standard"        # standard | lego-v0 | lego-v1 (section 5)
     identity_scaled: bool = False      # seed 004's two trainable scalars per head
@@ -166,6 +168,13 @@ class Encoder(nn.Module):
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps) if cfg.norm == "pre" else None
         self.head = nn.Linear(cfg.d_model, num_classes)
         self.apply(lambda m: _init_weights(m, cfg.init_std))
+        if cfg.mimetic_init:
+            with torch.no_grad():
+                for block in self.blocks:
+                    qkv = getattr(block.attn, "qkv", None)
+                    if qkv is not None:
+                        rows = qkv.weight.shape[0] // 3
+                        qkv.weight[rows:2 * rows] = qkv.weight[:rows]
 
     @property
     def tied(self) -> bool:

@@ -111,7 +111,17 @@ def initialise(model: Encoder, init: str, task) -> str:
         path = path / "checkpoints" / "last.safetensors"
         if not path.is_file():
             raise LegoError(f"train.init: run directory {init!r} has no checkpoint (checkpoints/last.safetensors)")
-    tensors, _ = read_checkpoint(path)
+    tensors, meta = read_checkpoint(path)
+    if meta.get("kind") == "pretrain":  # a masked-LM encoder: everything but the task's head
+        from .pretrain import encoder_weights_from_pretraining
+
+        weights = encoder_weights_from_pretraining(tensors)
+        own = model.state_dict()
+        weights.update({k: v for k, v in own.items() if k.startswith("head.") or k == "input_map"})
+        if model.input_map is None:
+            raise LegoError(f"train.init {init!r}: a pretrained masked-LM reads word pieces: set model.tokenizer: wordpiece")
+        load_model_weights(model, weights, f"train.init {init!r}")
+        return f"masked-LM pretrained encoder from {path}"
     load_model_weights(model, model_weights(tensors), f"train.init {init!r}")
     return f"weights from {path}"
 
@@ -245,11 +255,12 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, progress, dist: Distribu
             if is_best:
                 best = record["test_acc_supervised"]
             if dist.main:
+                # metrics first: a kill in between leaves a record past the checkpoint, which resume drops
+                write_jsonl(run_dir / "metrics.jsonl", records)
                 state = {"step": step, "best": best, "elapsed": elapsed, "config": cfg.to_dict()}
-                save_checkpoint(run_dir / "checkpoints" / "last.safetensors", model, state, opt)
                 if is_best:
                     save_checkpoint(run_dir / "checkpoints" / "best.safetensors", model, state, rng=False)
-                write_jsonl(run_dir / "metrics.jsonl", records)
+                save_checkpoint(run_dir / "checkpoints" / "last.safetensors", model, state, opt)
             reporter.on_eval(record)
             t0 = time.perf_counter()
     reporter.finish(records)

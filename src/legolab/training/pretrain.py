@@ -1,0 +1,272 @@
+"""Masked-language-model pretraining (the paper's Fig. 10): BERT vs LEGO attention v0/v1.
+
+Text is read as WordPiece ids of the bert-base-uncased vocabulary (the MiniLM package's vocab;
+tokenising needs the ``hf`` extra), packed into sequences ``[CLS] ... [SEP]`` of ``seq_len``
+tokens; the last ``val_fraction`` of sequences is the validation set. BERT's masking: 15% of the
+tokens are chosen, 80% of those become [MASK], 10% a random token, 10% stay. The loss is
+cross-entropy on the chosen tokens through a tied decoder.
+
+Masks are functions of (seed, step), so a resumed run continues exactly. The checkpoint's
+encoder weights initialise ``legolab train`` (``train.init=runs/NAME`` with
+``model.tokenizer: wordpiece`` and the same model shape).
+
+``--corpus stdlib`` builds a corpus that exists offline wherever Python does: the docstrings of
+the standard library's modules, classes and functions, read with ``ast`` (nothing is imported)
+from the sorted source files. It depends on the Python version (3.11 here).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import os
+import sysconfig
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import yaml
+from torch import nn
+
+from ..errors import ConfigError, LegoError
+from ..io import read_jsonl, write_jsonl, write_text
+from ..models import Encoder, ModelConfig
+from .checkpoint import load_model_weights, model_weights, read_checkpoint, restore_training_state, save_checkpoint
+from .config import _build, apply_overrides
+from .step import make_optimizer
+
+CLS, SEP, MASK, PAD = 101, 102, 103, 0
+VOCAB = 30522
+
+
+@dataclass
+class PretrainConfig:
+    corpus: str = "stdlib"        # stdlib, a .txt file, or a directory of .txt files
+    seq_len: int = 128
+    mask_prob: float = 0.15
+    val_fraction: float = 0.02
+    val_sequences: int = 256      # at most this many validation sequences are scored
+    batch_size: int = 32
+    steps: int = 2000
+    eval_every: int = 100
+    lr: float = 5e-4
+    warmup: float = 0.05
+    weight_decay: float = 0.01
+    clip: float = 1.0
+    threads: int = 0
+
+    def validate(self) -> None:
+        def bad(key, why):
+            raise ConfigError(f"pretrain.{key}: {why}, got {getattr(self, key)!r}")
+
+        if not 8 <= self.seq_len <= 512:
+            bad("seq_len", "must be between 8 and 512")
+        if not 0 < self.mask_prob < 1:
+            bad("mask_prob", "must be in (0, 1)")
+        if not 0 < self.val_fraction < 0.5:
+            bad("val_fraction", "must be in (0, 0.5)")
+        for key in ("batch_size", "steps", "eval_every", "val_sequences"):
+            if getattr(self, key) < 1:
+                bad(key, "must be a positive integer")
+        if not self.lr > 0:
+            bad("lr", "must be positive")
+        if self.weight_decay < 0 or self.clip < 0 or self.warmup < 0 or self.threads < 0:
+            bad("weight_decay", "weight_decay, clip, warmup and threads must be non-negative")
+
+
+@dataclass
+class PretrainRun:
+    name: str = "pretrain"
+    seed: int = 0
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(n_layers=4, d_model=128, n_heads=4, norm="pre",
+                                                                   tokenizer="wordpiece", max_len=128))
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(asdict(self), sort_keys=False)
+
+    @staticmethod
+    def from_dict(data: dict) -> "PretrainRun":
+        for key in data:
+            if key not in ("name", "seed", "model", "pretrain"):
+                raise ConfigError(f"{key}: unknown key (known: model, name, pretrain, seed)")
+        run = PretrainRun(name=str(data.get("name", "pretrain")), seed=int(data.get("seed", 0)),
+                          model=_build(ModelConfig, {**asdict(PretrainRun().model), **(data.get("model") or {})}, "model."),
+                          pretrain=_build(PretrainConfig, data.get("pretrain") or {}, "pretrain."))
+        run.model.validate()
+        run.pretrain.validate()
+        if run.model.tokenizer != "wordpiece":
+            raise ConfigError("model.tokenizer: masked-LM pretraining reads word pieces (wordpiece)")
+        if run.model.max_len < run.pretrain.seq_len:
+            raise ConfigError(f"model.max_len: {run.model.max_len} is shorter than pretrain.seq_len={run.pretrain.seq_len}")
+        return run
+
+
+def load_pretrain_config(path, overrides) -> PretrainRun:
+    data = {}
+    if path:
+        if not Path(path).is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        data.setdefault("name", Path(path).stem)
+    return PretrainRun.from_dict(apply_overrides(data, list(overrides)))
+
+
+# ---- corpus ---------------------------------------------------------------------------------
+def stdlib_docstrings() -> list[str]:
+    """Docstrings of the standard library, in a fixed order (sorted files, source order)."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = ("site-packages", "test", "tests", "idlelib", "lib2to3", "__pycache__", "turtledemo", "ensurepip")
+    texts = []
+    for path in sorted(root.rglob("*.py")):
+        if any(part in skip for part in path.relative_to(root).parts):
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node)
+                if doc and len(doc) > 40:
+                    texts.append(doc)
+    return texts
+
+
+def read_corpus(spec: str) -> list[str]:
+    if spec == "stdlib":
+        return stdlib_docstrings()
+    path = Path(spec)
+    files = sorted(path.rglob("*.txt")) if path.is_dir() else [path]
+    if not files or not all(f.is_file() for f in files):
+        raise LegoError(f"pretrain.corpus: {spec!r} is not 'stdlib', a text file or a directory of .txt files")
+    return [t for f in files for t in f.read_text(encoding="utf-8", errors="replace").split("\n\n") if t.strip()]
+
+
+def corpus_sequences(spec: str, seq_len: int) -> torch.Tensor:
+    """(N, seq_len) packed WordPiece sequences [CLS] ... [SEP]."""
+    try:
+        from transformers import BertTokenizer
+    except ImportError:
+        raise LegoError("pretrain: tokenising text needs transformers (pip install 'legolab[hf]')") from None
+    from ..models.hf import minilm_path
+
+    tok = BertTokenizer.from_pretrained(str(minilm_path()))
+    tok.model_max_length = 1 << 30  # we pack long texts ourselves
+    texts = read_corpus(spec)
+    ids: list[int] = []
+    for chunk in range(0, len(texts), 512):
+        for seq in tok(texts[chunk:chunk + 512], add_special_tokens=False)["input_ids"]:
+            ids.extend(seq)
+            ids.append(SEP)
+    body = seq_len - 2
+    n = len(ids) // body
+    if n < 10:
+        raise LegoError(f"pretrain.corpus: {spec!r} is too small ({len(ids)} word pieces)")
+    t = torch.tensor(ids[:n * body], dtype=torch.long).view(n, body)
+    return torch.cat([torch.full((n, 1), CLS), t, torch.full((n, 1), SEP)], 1)
+
+
+def mask_tokens(x: torch.Tensor, prob: float, generator: torch.Generator):
+    """BERT's masking; returns (inputs, labels with -100 where not chosen)."""
+    special = (x == CLS) | (x == SEP) | (x == PAD)
+    chosen = (torch.rand(x.shape, generator=generator) < prob) & ~special
+    labels = torch.where(chosen, x, torch.full_like(x, -100))
+    r = torch.rand(x.shape, generator=generator)
+    inputs = torch.where(chosen & (r < 0.8), torch.full_like(x, MASK), x)
+    random_tok = torch.randint(1000, VOCAB, x.shape, generator=generator)
+    inputs = torch.where(chosen & (r >= 0.8) & (r < 0.9), random_tok, inputs)
+    return inputs, labels
+
+
+class MaskedLM(nn.Module):
+    """Encoder + BERT's prediction head (transform, then the word embeddings as decoder)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.encoder = Encoder(cfg, VOCAB, 2, special_ids=(CLS, SEP))
+        self.transform = nn.Linear(cfg.d_model, cfg.embed)
+        self.norm = nn.LayerNorm(cfg.embed, eps=cfg.ln_eps)
+        self.bias = nn.Parameter(torch.zeros(VOCAB))
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        h = self.encoder(x)
+        picked = h[labels >= 0]
+        z = self.norm(F.gelu(self.transform(picked)))
+        logits = z @ self.encoder.embed.tok.weight.T + self.bias
+        return F.cross_entropy(logits, labels[labels >= 0])
+
+
+def pretrain(run: PretrainRun, run_dir: str | Path, resume: bool = False, log=print) -> list[dict]:
+    run_dir = Path(run_dir)
+    pc = run.pretrain
+    torch.set_num_threads(pc.threads or (os.cpu_count() or 1))
+    torch.manual_seed(run.seed)
+    data = corpus_sequences(pc.corpus, pc.seq_len)
+    n_val = max(1, int(len(data) * pc.val_fraction))
+    train, val = data[:-n_val], data[-n_val:][:pc.val_sequences]
+    val_gen = torch.Generator().manual_seed(run.seed + 77)
+    val_batches = [mask_tokens(val[i:i + pc.batch_size], pc.mask_prob, val_gen) for i in range(0, len(val), pc.batch_size)]
+    model = MaskedLM(run.model)
+    opt = make_optimizer(model, pc.lr, pc.weight_decay)
+    warm = int(pc.warmup) if pc.warmup >= 1 else round(pc.warmup * pc.steps)
+
+    def factor(s):
+        return (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, pc.steps - warm)))
+
+    step, records, elapsed = 0, [], 0.0
+    ckpt = run_dir / "checkpoints" / "last.safetensors"
+    if resume:
+        if not ckpt.is_file():
+            raise LegoError(f"{run_dir}: nothing to resume, no checkpoint yet")
+        tensors, meta = read_checkpoint(ckpt)
+        if meta.get("kind") != "pretrain":
+            raise LegoError(f"{run_dir}: not a pretraining run")
+        load_model_weights(model, model_weights(tensors), str(ckpt))
+        restore_training_state(tensors, meta, opt, "cpu")
+        step, elapsed = meta["step"], meta.get("elapsed", 0.0)
+        records = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["step"] <= step]
+    else:
+        if (run_dir / "config.yaml").exists():
+            raise LegoError(f"{run_dir} already exists: resume it with --resume {run_dir}, or choose another --name")
+        (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        write_text(run_dir / "config.yaml", run.to_yaml())
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor, last_epoch=step - 1)
+    log(f"{run.name}: {run.model.attention} {run.model.n_layers}x{run.model.d_model}, "
+        f"{model.encoder.num_parameters(exclude_embeddings=True):,} parameters without embeddings; "
+        f"{len(train):,} training and {len(val):,} validation sequences of {pc.seq_len} word pieces")
+    t0 = time.perf_counter()
+    while step < pc.steps:
+        g = torch.Generator().manual_seed(run.seed * 1_000_003 + step)
+        idx = torch.randint(0, len(train), (pc.batch_size,), generator=g)
+        inputs, labels = mask_tokens(train[idx], pc.mask_prob, g)
+        loss = model(inputs, labels)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if pc.clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), pc.clip, foreach=True)
+        opt.step()
+        sched.step()
+        step += 1
+        if step % pc.eval_every == 0 or step == pc.steps:
+            elapsed += time.perf_counter() - t0
+            model.eval()
+            with torch.no_grad():
+                val_loss = sum(float(model(x, y)) * int((y >= 0).sum()) for x, y in val_batches) / \
+                    sum(int((y >= 0).sum()) for _, y in val_batches)
+            model.train()
+            records.append({"step": step, "time": round(elapsed, 3), "train_loss": loss.item(), "val_loss": val_loss})
+            # metrics first: a kill in between leaves a record past the checkpoint, which resume drops
+            write_jsonl(run_dir / "metrics.jsonl", records)
+            save_checkpoint(ckpt, model, {"step": step, "elapsed": elapsed, "kind": "pretrain", "config": asdict(run)}, opt)
+            log(f"step {step:>6d}/{pc.steps}  {elapsed:7.1f}s  train loss {loss.item():.3f}  validation loss {val_loss:.3f}")
+            t0 = time.perf_counter()
+    return records
+
+
+def encoder_weights_from_pretraining(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The encoder's weights (``model.encoder.*``) of a pretraining checkpoint, renamed for Encoder."""
+    prefix = "model.encoder."
+    return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}

