@@ -336,6 +336,15 @@ def cmd_pretrain(args) -> int:
     return 0
 
 
+def cmd_reproduce(args) -> int:
+    from .reproduce import reproduce
+
+    out = reproduce(args.figure, args.scale, args.seeds, args.runs, args.out, args.pretrained,
+                    log=lambda m: print(m, file=sys.stderr, flush=True))
+    print(f"wrote {out}")
+    return 0
+
+
 # ---- parser -------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
@@ -438,6 +447,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--runs", default="runs")
     s.add_argument("--resume", metavar="RUN")
     s.set_defaults(func=cmd_pretrain)
+
+    s = sub.add_parser("reproduce", help="run and draw one of the paper's figures (reuses and resumes runs)")
+    s.add_argument("figure", help="fig3 fig4 fig5 fig6 fig7 fig9 fig10 fig11 fig18 lego-attention")
+    s.add_argument("--scale", choices=["cpu", "paper"], default="cpu")
+    s.add_argument("--seeds", type=int, default=3)
+    s.add_argument("--runs", default="runs")
+    s.add_argument("--out", default="reports")
+    s.add_argument("--pretrained", help="paper scale: hf:PATH of a local bert-base-uncased checkpoint")
+    s.set_defaults(func=cmd_reproduce)
 
     s = sub.add_parser("demo", help="show the task and train the CPU recipe briefly")
     s.set_defaults(func=cmd_demo)

@@ -5,7 +5,8 @@ and returns the per-token update, so a block can swap one for another.
   ``F.scaled_dot_product_attention``; when an analysis asks for ``hook_pattern`` the
   probabilities softmax(QK^T / sqrt(d_head)) are computed explicitly and cached.
   ``identity_scaled=True`` adds the two per-head scalars of Boix-Adsera et al. (seed 004):
-  scores += a_h * x x^T and output += sum_h b_h * (A_h x), both initialised to 0.
+  scores += a_h * x x^T (diagonal zeroed) and output += sum_h b_h * (A_h x), both initialised
+  to 0.
 - ``LegoAttention``: the paper's section 5 module (see its docstring).
 """
 
@@ -60,6 +61,16 @@ class Context:
         return self.shared["attn_mask"]
 
 
+def identity_scores(x_q: torch.Tensor, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, 1, Tq, T) x x^T with the diagonal (each token with itself) zeroed, as in seed 004's
+    GPT-2 experiments (mask_diag_wkwq): the term then rewards attending to *other* tokens like
+    oneself, not to oneself."""
+    s = x_q @ x.transpose(-1, -2)
+    rows = torch.arange(x.shape[1], device=x.device).expand(x.shape[0], -1) if positions is None else positions
+    self_mask = rows.unsqueeze(-1) == torch.arange(x.shape[1], device=x.device)
+    return s.masked_fill(self_mask, 0.0).unsqueeze(1)
+
+
 class SelfAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, attn_dropout: float = 0.0, identity_scaled: bool = False):
         super().__init__()
@@ -96,7 +107,7 @@ class SelfAttention(nn.Module):
             return self.out(z.transpose(1, 2).reshape(B, T_q, D))
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)
         if self.identity_scaled:
-            scores = scores + self.id_qk.view(1, H, 1, 1) * (x_q @ x.transpose(-1, -2)).unsqueeze(1)
+            scores = scores + self.id_qk.view(1, H, 1, 1) * identity_scores(x_q, x, positions)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         pattern = scores.softmax(-1)

@@ -44,6 +44,11 @@ class ModelConfig:
     attn_dropout: float = 0.0
     ln_eps: float = 1e-12
     init_std: float = 0.02             # N(0, init_std) weights (BERT: 0.02)
+    residual_init: float = 1.0         # init std of the maps that write into the residual stream
+                                       # (attention output, FFN down), as a multiple of init_std;
+                                       # 0 starts every block as the identity
+    positions: str = "learned"         # learned (BERT) | sinusoidal (fixed, Vaswani et al.)
+    pos_init: float = 1.0              # init std of the position embeddings, as a multiple of init_std
     mimetic_init: bool = False         # W_K starts equal to W_Q: same tokens attend to each other at
                                        # init (Trockman & Kolter 2023; seed 004's mimetic_init_kq)
     tokenizer: str = "compact"         # compact (the task's ids) | wordpiece (bert-base-uncased ids)
@@ -62,6 +67,7 @@ class ModelConfig:
         need(self.norm in NORMS, "norm", f"must be one of {', '.join(NORMS)}")
         need(self.attention in ATTENTIONS, "attention", f"must be one of {', '.join(ATTENTIONS)}")
         need(self.tokenizer in ("compact", "wordpiece"), "tokenizer", "must be compact or wordpiece")
+        need(self.positions in ("learned", "sinusoidal"), "positions", "must be learned or sinusoidal")
         for key in ("n_layers", "d_model", "n_heads", "max_len"):
             need(isinstance(getattr(self, key), int) and getattr(self, key) >= 1, key, "must be a positive integer")
         for key in ("d_ff", "d_embed"):
@@ -71,6 +77,8 @@ class ModelConfig:
             need(0.0 <= getattr(self, key) < 1.0, key, "must be in [0, 1)")
         need(self.ln_eps > 0, "ln_eps", "must be positive")
         need(self.init_std > 0, "init_std", "must be positive")
+        need(self.residual_init >= 0, "residual_init", "must be non-negative")
+        need(self.pos_init >= 0, "pos_init", "must be non-negative")
         need(self.lego_kernel >= 1 and self.lego_kernel % 2 == 1, "lego_kernel", "must be a positive odd integer")
         need(0 <= self.lego_heads <= self.n_heads, "lego_heads", f"must be between 0 and n_heads={self.n_heads}")
         need(self.d_embed == 0 or self.arch == "albert", "d_embed", "a factorised embedding is ALBERT's (arch: albert)")
@@ -94,6 +102,8 @@ class Embeddings(nn.Module):
         super().__init__()
         self.tok = nn.Embedding(vocab_size, cfg.embed)
         self.pos = nn.Embedding(cfg.max_len, cfg.embed)
+        if cfg.positions == "sinusoidal":  # fixed; a shift is then a linear map shared by all positions
+            self.pos.weight.requires_grad_(False)
         self.norm = nn.LayerNorm(cfg.embed, eps=cfg.ln_eps)
         self.drop = nn.Dropout(cfg.dropout)
         self.proj = nn.Linear(cfg.embed, cfg.d_model) if cfg.embed != cfg.d_model else None
@@ -168,6 +178,17 @@ class Encoder(nn.Module):
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps) if cfg.norm == "pre" else None
         self.head = nn.Linear(cfg.d_model, num_classes)
         self.apply(lambda m: _init_weights(m, cfg.init_std))
+        if cfg.positions == "sinusoidal":
+            with torch.no_grad():
+                self.embed.pos.weight.copy_(sinusoids(cfg.max_len, cfg.embed) * cfg.init_std * 2 ** 0.5)
+        if cfg.pos_init != 1.0:
+            with torch.no_grad():
+                self.embed.pos.weight.mul_(cfg.pos_init)
+        if cfg.residual_init != 1.0:
+            with torch.no_grad():
+                for block in self.blocks:
+                    for proj in (block.attn.out, block.ffn.down):
+                        proj.weight.normal_(0, cfg.init_std * cfg.residual_init) if cfg.residual_init else proj.weight.zero_()
         if cfg.mimetic_init:
             with torch.no_grad():
                 for block in self.blocks:
@@ -235,6 +256,15 @@ def build_model(cfg: ModelConfig, task) -> Encoder:
 
         return Encoder(cfg, len(wordpiece_vocab()), task.num_classes, input_map=wordpiece_ids(task), special_ids=specials)
     return Encoder(cfg, len(task.vocab), task.num_classes, special_ids=specials)
+
+
+def sinusoids(length: int, dim: int) -> torch.Tensor:
+    pos = torch.arange(length, dtype=torch.float32)[:, None]
+    freq = torch.exp(-torch.arange(0, dim, 2, dtype=torch.float32) * (torch.log(torch.tensor(10000.0)) / dim))
+    table = torch.zeros(length, dim)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq[: dim // 2])
+    return table
 
 
 def _gather(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

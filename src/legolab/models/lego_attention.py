@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import Context
+from .attention import Context, identity_scores
 
 HARD = ("association", "bos", "eos")
 
@@ -133,7 +133,7 @@ class LegoAttention(nn.Module):
             else:
                 scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)
                 if self.identity_scaled:
-                    scores = scores + self.id_qk.view(1, h, 1, 1) * (x @ x.transpose(-1, -2)).unsqueeze(1)
+                    scores = scores + self.id_qk.view(1, h, 1, 1) * identity_scores(x, x)
                 if mask is not None:
                     scores = scores.masked_fill(~mask, float("-inf"))
                 pattern = scores.softmax(-1)

@@ -33,6 +33,9 @@ class TrainConfig:
     # sentences of curriculum_n[i] clauses, then training continues on task.n
     curriculum_n: list[int] | None = None
     curriculum_steps: list[int] | None = None
+    # mixed lengths (fresh data): every batch draws one chain length uniformly from [n_min, task.n],
+    # so short batches cost less and need no padding; 0: all batches at task.n
+    n_min: int = 0
     batch_size: int = 128
     epochs: int = 10                  # passes over the training set (fresh data: eval intervals)
     steps: int = 0                    # if > 0, train this many steps instead of epochs
@@ -93,6 +96,10 @@ class TrainConfig:
                 bad("curriculum_steps", "must be positive")
             if self.train_size:
                 bad("train_size", "a curriculum draws fresh sentences: set train_size to 0")
+        if self.n_min and not 1 <= self.n_min <= n:
+            bad("n_min", f"must be between 1 and task.n={n} (0: off)")
+        if self.n_min and self.train_size:
+            bad("train_size", "mixed lengths (n_min) draw fresh sentences: set train_size to 0")
         if not self.lr > 0:
             bad("lr", "must be positive")
         if self.weight_decay < 0:
@@ -122,12 +129,18 @@ class TrainConfig:
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             bad("device", "must be auto, cpu, cuda or cuda:K")
 
-    def chain_length(self, step: int, n: int) -> int:
-        """The sentence length trained on at ``step`` (the curriculum's stage, else task.n)."""
+    def chain_length(self, step: int, n: int, seed: int = 0) -> int:
+        """The sentence length of the batch at ``step``: the curriculum's stage, a draw from
+        [n_min, n], or task.n. A function of (config, seed, step) alone."""
+        s = step
         for k, length in zip(self.curriculum_n or [], self.curriculum_steps or []):
-            if step < length:
+            if s < length:
                 return k
-            step -= length
+            s -= length
+        if self.n_min:
+            import numpy as np
+
+            return int(np.random.default_rng([seed, step, 0x1E]).integers(self.n_min, n + 1))
         return n
 
     def supervised_steps(self, n: int) -> list[int]:

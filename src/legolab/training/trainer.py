@@ -168,7 +168,8 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, progress, dist: Distribu
     def stage_task(k: int):
         """The task at chain length k (a curriculum stage); same vocabulary, own random stream."""
         if k not in stages:
-            stages[k] = make_task(cfg.task.get("name", "lego"), dataclasses.replace(task_cfg, n=k),
+            fixed_length = {"n": k, **({"n_min": None} if hasattr(task_cfg, "n_min") else {})}
+            stages[k] = make_task(cfg.task.get("name", "lego"), dataclasses.replace(task_cfg, **fixed_length),
                                   seed=cfg.seed * 1_000_003 + k)
         return stages[k]
 
@@ -213,7 +214,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, progress, dist: Distribu
             global_steps = fixed.steps[idx]
         else:
             lo = step * tc.batch_size
-            source = stage_task(tc.chain_length(step, n))
+            source = stage_task(tc.chain_length(step, n, cfg.seed))
             batch = TensorBatch.from_batch(source.sample("train", range(lo + dist.rank * local, lo + (dist.rank + 1) * local)))
             global_steps = None
         batch = batch.to(device)

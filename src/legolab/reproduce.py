@@ -1,0 +1,285 @@
+"""One command per paper figure: ``legolab reproduce FIG [--scale cpu|paper] [--seeds N]``.
+
+Each figure is a list of runs (a config file plus overrides, one per seed) and a finishing step
+that draws the figure and writes a summary to ``reports/FIG/``. Runs that finished are reused,
+runs that were interrupted are resumed, so the command can be killed and started again. At paper
+scale launch it under torchrun: every run is data-parallel.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import LegoError
+from .io import read_jsonl, write_json, write_text
+
+
+@dataclass
+class Run:
+    name: str
+    config: str
+    overrides: list[str] = field(default_factory=list)
+    mimic: bool = False  # initialise from a mimicking pretraining of the same config first
+
+
+@dataclass
+class Figure:
+    title: str
+    variants: dict[str, tuple[str, list[str]]]   # label -> (config stem, overrides)
+    seeded: bool = True
+    mimic: tuple[str, ...] = ()                   # labels initialised by mimicking
+
+
+def _cfg(scale: str, stem: str) -> str:
+    return f"configs/{scale}/{stem}.yaml"
+
+
+SHORTCUT = "train.supervise=[0,1,2,3,4,11]"
+MIMIC_STEPS = 400
+FIGURES = {
+    "fig3": Figure("BERT vs ALBERT (random init): test accuracy per variable, n=12, n_tr=6",
+                   {"bert": ("bert", []), "albert": ("albert", [])}),
+    "fig5": Figure("ALBERT with stochastic depth vs fixed depth",
+                   {"albert": ("albert", []), "albert-stochastic-depth": ("albert", ["@stochastic_depth"])}),
+    "fig6": Figure("random vs pretrained vs mimicking initialisation (MiniLM architecture at CPU scale)",
+                   {"random": ("minilm", []), "pretrained": ("minilm", ["@pretrained"]), "mimic": ("minilm", [])},
+                   mimic=("mimic",)),
+    "fig11": Figure("shortcut: supervising #0..#4 and #11 vs #0..#4",
+                    {"bert-0to4": ("bert", ["train.n_tr=5"]), "bert-0to4+11": ("bert", [SHORTCUT]),
+                     "albert-0to4": ("albert", ["train.n_tr=5"]), "albert-0to4+11": ("albert", [SHORTCUT])}),
+    "fig18": Figure("Task 2 (D3): BERT, ALBERT, mimicking BERT",
+                    {"bert": ("bert", ["task.group=d3"]), "albert": ("albert", ["task.group=d3"]),
+                     "mimic-bert": ("bert", ["task.group=d3"])}, mimic=("mimic-bert",)),
+    "lego-attention": Figure("BERT vs LEGO attention v0/v1 vs identity-scaled BERT on Task 1",
+                             {"bert": ("bert", []), "lego-v0": ("bert", ["model.attention=lego-v0"]),
+                              "lego-v1": ("bert", ["model.attention=lego-v1"]),
+                              "identity-scaled": ("bert", ["model.identity_scaled=true"])}),
+}
+ANALYSES = {
+    "fig4": "per-layer probes of the fig3 runs (seed 0)",
+    "fig7": "attention head scores of pretrained MiniLM before fine-tuning, and of the fig6 runs",
+    "fig9": "inference FLOPs, size and latency: BERT vs LEGO v0 vs v1",
+    "fig10": "masked-LM pretraining: BERT vs LEGO v0 vs v1 validation loss",
+}
+
+# scale-specific meaning of the @-overrides
+SPECIAL = {
+    ("cpu", "@stochastic_depth"): ["train.depth_min=6", "train.depth_max=12", "train.eval_depth=12"],
+    ("paper", "@stochastic_depth"): ["train.depth_min=6", "train.depth_max=12", "train.eval_depth=12"],
+    ("cpu", "@pretrained"): ["train.init=minilm"],
+}
+
+
+def runs_for(fig: str, scale: str, seeds: int, pretrained: str | None) -> list[tuple[str, Run]]:
+    figure = FIGURES[fig]
+    out = []
+    for label, (stem, overrides) in figure.variants.items():
+        resolved = []
+        for o in overrides:
+            if o.startswith("@"):
+                if o == "@pretrained" and scale == "paper":
+                    if not pretrained:
+                        raise LegoError(f"{fig} at paper scale needs --pretrained hf:PATH (a local bert-base-uncased)")
+                    resolved.append(f"train.init={pretrained}")
+                    continue
+                resolved += SPECIAL[(scale, o)]
+            else:
+                resolved.append(o)
+        for seed in range(seeds if figure.seeded else 1):
+            name = f"{fig}-{scale}-{label}-s{seed}"
+            out.append((label, Run(name, _cfg(scale, stem), resolved + [f"seed={seed}"], label in figure.mimic)))
+    return out
+
+
+def _finished(run_dir: Path) -> bool:
+    if not (run_dir / "config.yaml").is_file():
+        return False
+    from .training.runs import run_config
+
+    cfg = run_config(run_dir)
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    total = cfg.train.steps or cfg.train.epochs * (cfg.train.train_size // cfg.train.batch_size or cfg.train.eval_every)
+    return bool(records) and records[-1]["step"] >= total
+
+
+def ensure_run(run: Run, runs_root: Path, log) -> Path:
+    from .training.config import load_config
+    from .training.trainer import start_or_resume
+
+    run_dir = runs_root / run.name
+    if _finished(run_dir):
+        log(f"{run.name}: done, reused")
+        return run_dir
+    overrides = list(run.overrides)
+    if run.mimic:
+        from .training.mimic import mimic
+
+        mimic_dir = runs_root / f"{run.name}-mimic-init"
+        if not (mimic_dir / "checkpoints" / "last.safetensors").is_file():
+            if mimic_dir.exists():
+                import shutil
+
+                shutil.rmtree(mimic_dir)
+            cfg = load_config(run.config, overrides)
+            mimic(cfg, mimic_dir, steps=MIMIC_STEPS, batch_size=32, lr=1e-2, log=log)
+        overrides.append(f"train.init={mimic_dir}")
+    if (run_dir / "checkpoints" / "last.safetensors").is_file():
+        log(f"{run.name}: resuming")
+        start_or_resume(None, [], resume_dir=run_dir, progress=None)
+    else:
+        if run_dir.exists():  # started but never checkpointed: start over
+            import shutil
+
+            shutil.rmtree(run_dir)
+        log(f"{run.name}: training")
+        start_or_resume(run.config, overrides, runs_root=runs_root, name=run.name, progress=None)
+    return run_dir
+
+
+def summarise(groups: dict[str, list[Path]]) -> dict:
+    """Final test accuracy per chain index: mean and min..max over seeds, per variant."""
+    out = {}
+    for label, dirs in groups.items():
+        finals = [read_jsonl(d / "metrics.jsonl")[-1] for d in dirs]
+        per = list(zip(*[f["test_acc_per_step"] for f in finals]))
+        out[label] = {
+            "seeds": len(dirs),
+            "mean_acc_per_step": [statistics.fmean(v) for v in per],
+            "min_acc_per_step": [min(v) for v in per],
+            "max_acc_per_step": [max(v) for v in per],
+            "train_time_s": [f["time"] for f in finals],
+            "steps": finals[0]["step"],
+        }
+    return out
+
+
+def markdown_table(summary: dict) -> str:
+    n = len(next(iter(summary.values()))["mean_acc_per_step"])
+    head = "| variant | seeds | " + " | ".join(f"#{i}" for i in range(n)) + " | train time (s) |"
+    rows = [head, "|" + "---|" * (n + 3)]
+    for label, s in summary.items():
+        cells = [f"{100 * m:.0f}" + (f" ({100 * lo:.0f}-{100 * hi:.0f})" if s["seeds"] > 1 else "")
+                 for m, lo, hi in zip(s["mean_acc_per_step"], s["min_acc_per_step"], s["max_acc_per_step"])]
+        t = statistics.fmean(s["train_time_s"])
+        rows.append(f"| {label} | {s['seeds']} | " + " | ".join(cells) + f" | {t:.0f} |")
+    return "\n".join(rows) + "\n"
+
+
+def reproduce(fig: str, scale: str = "cpu", seeds: int = 3, runs_root: str = "runs", out_root: str = "reports",
+              pretrained: str | None = None, log=print) -> Path:
+    import os
+
+    if fig not in FIGURES and fig not in ANALYSES:
+        raise LegoError(f"unknown figure {fig!r} (known: {', '.join([*FIGURES, *ANALYSES])})")
+    if scale not in ("cpu", "paper"):
+        raise LegoError(f"--scale: cpu or paper, got {scale!r}")
+    main = int(os.environ.get("RANK", "0")) == 0
+    out = Path(out_root) / f"{fig}-{scale}"
+    root = Path(runs_root)
+    if fig in FIGURES:
+        groups: dict[str, list[Path]] = {}
+        for label, run in runs_for(fig, scale, seeds, pretrained):
+            groups.setdefault(label, []).append(ensure_run(run, root, log))
+        if main:
+            _finish_training_figure(fig, scale, groups, out)
+    elif main:
+        _finish_analysis(fig, scale, seeds, root, out, pretrained, log)
+    return out
+
+
+def _finish_training_figure(fig: str, scale: str, groups: dict[str, list[Path]], out: Path) -> None:
+    from .analysis.plots import plot_runs
+
+    plot_runs([str(d[0]) for d in groups.values()], str(out / "accuracy.png"))
+    summary = summarise(groups)
+    if fig == "fig5":
+        summary["depth_sweep"] = _depth_sweep(groups)
+    write_json(out / "summary.json", summary)
+    text = f"# {fig} ({scale} scale): {FIGURES[fig].title}\n\nFinal test accuracy (%) per chain index, " \
+           f"mean (min-max) over seeds.\n\n" + markdown_table({k: v for k, v in summary.items() if k != "depth_sweep"})
+    if fig == "fig5":
+        text += "\nAccuracy (%) per chain index when evaluated at other depths (seed 0):\n\n"
+        for label, rows in summary["depth_sweep"].items():
+            for depth, accs in rows.items():
+                text += f"- {label}, depth {depth}: " + " ".join(f"{100 * a:.0f}" for a in accs) + "\n"
+    write_text(out / "summary.md", text)
+
+
+def _depth_sweep(groups) -> dict:
+    import torch
+
+    from .training.data import TensorBatch
+    from .training.evaluate import evaluate
+    from .training.runs import load_run
+
+    sweep = {}
+    for label, dirs in groups.items():
+        cfg, task, model = load_run(dirs[0], "last")
+        data = TensorBatch.from_batch(task.sample("depth-sweep", range(2000)))
+        sweep[label] = {}
+        for depth in (4, 6, 8, 10, 12, 14, 16, 20):
+            with torch.no_grad():
+                sweep[label][depth] = evaluate(model, data, task.num_steps, depth=depth)["acc_per_step"]
+    return sweep
+
+
+def _finish_analysis(fig, scale, seeds, root, out, pretrained, log) -> None:
+    import torch
+
+    from .analysis import plots
+
+    if fig == "fig4":
+        from .analysis.probe import probe_grid
+        from .training.runs import load_run
+
+        result = {}
+        for label in ("bert", "albert"):
+            run = dict(runs_for("fig3", scale, 1, pretrained))[label]
+            run_dir = ensure_run(run, root, log)
+            cfg, task, model = load_run(run_dir, "last")
+            grid = probe_grid(model, task, depth=cfg.train.eval_depth or None)
+            plots.plot_probe_grid(grid, out / f"probe-{label}.png", set(cfg.train.supervised_steps(task.num_steps)),
+                                  title=f"{label}: probe accuracy")
+            result[label] = grid.tolist()
+        write_json(out / "probe.json", result)
+    elif fig == "fig7":
+        from .analysis.heads import score_model
+        from .training.runs import load_source
+
+        source = "minilm" if scale == "cpu" else (pretrained or "minilm")
+        _, task, model = load_source(source)
+        tokens = torch.from_numpy(task.sample("analysis", range(200)).tokens).long()
+        scores = score_model(model, task, tokens)
+        plots.plot_head_scores(scores, out / "head_scores.png", title=f"{source} before fine-tuning")
+        write_json(out / "head_scores.json", {k: v.tolist() for k, v in scores.items()})
+    elif fig == "fig9":
+        from .analysis.flops import report
+
+        rows = report("bert-base", ["bert", "lego-v0", "lego-v1"], 64, [512, 2048, 8192], 1, 8192)
+        write_json(out / "flops.json", rows)
+    elif fig == "fig10":
+        from .training.pretrain import load_pretrain_config, pretrain
+
+        curves = {}
+        for att in ("standard", "lego-v0", "lego-v1"):
+            name = f"fig10-{scale}-{att}"
+            run_dir = root / name
+            records = read_jsonl(run_dir / "metrics.jsonl")
+            run = load_pretrain_config(f"configs/{scale}/pretrain.yaml", [f"model.attention={att}", f"name={name}"])
+            if not records or records[-1]["step"] < run.pretrain.steps:
+                pretrain(run, run_dir, resume=(run_dir / "checkpoints" / "last.safetensors").is_file(), log=log)
+                records = read_jsonl(run_dir / "metrics.jsonl")
+            curves[att] = records
+        plt = plots._pyplot()
+        fig_, ax = plt.subplots(figsize=(5, 3.6))
+        for att, rs in curves.items():
+            ax.plot([r["step"] for r in rs], [r["val_loss"] for r in rs], label=att)
+        ax.set_xlabel("step")
+        ax.set_ylabel("validation loss (masked LM)")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        plots._save(fig_, out / "val_loss.png")
+        write_json(out / "curves.json", curves)
+    log(f"wrote {out}")
