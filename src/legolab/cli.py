@@ -87,18 +87,32 @@ def cmd_solve(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    import shutil
+    from pathlib import Path
+
     from .groups import get_group
     from .tasks import LegoConfig, LegoTask
     from .tasks.lego_text import format_sentence, parse_sentence, solve
+    from .training.trainer import start_or_resume
 
-    print("== LEGO Task 1 (sign group) and Task 2 (D3), n = 6: sentence, then the answers in chain order")
+    print("== LEGO sentences (Task 1: sign group; Task 2: D3), n = 6, with the solver's answers in chain order")
     for group in ("sign", "d3"):
         task = LegoTask(LegoConfig(group=group, n=6), seed=0)
         batch = task.sample("test", range(2))
         for i in range(2):
             text = format_sentence(task.clauses(batch.tokens[i]))
             chain = solve(parse_sentence(text, get_group(group)), task.group)
-            print(f"  {text:40s} -> " + " ".join(f"{v}={task.group.value_names[x]}" for v, x in chain))
+            print(f"  {text:50s} -> " + " ".join(f"{v}={task.group.value_names[x]}" for v, x in chain))
+    config = Path(args.config)
+    if not config.is_file():
+        raise LegoError(f"demo: {config} not found (run the demo from the repository root)")
+    run_dir = Path(args.runs) / "demo"
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # the demo always starts afresh
+    print(f"\n== training {config} briefly ({args.steps} steps); the bar shows test accuracy per chain variable")
+    start_or_resume(str(config), [f"train.steps={args.steps}", f"train.eval_every={max(1, args.steps // 5)}",
+                                  "train.test_size=1000"], runs_root=args.runs, name="demo")
+    print(f"\nrun directory: {run_dir} (legolab eval {run_dir} --n 16; legolab plot {run_dir})")
     return 0
 
 
@@ -458,6 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_reproduce)
 
     s = sub.add_parser("demo", help="show the task and train the CPU recipe briefly")
+    s.add_argument("--config", default="configs/cpu/bert.yaml")
+    s.add_argument("--steps", type=int, default=1600)
+    s.add_argument("--runs", default="runs")
     s.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("solve", help="solve a sentence: print every variable's value in chain order")
