@@ -54,6 +54,7 @@ class ModelConfig:
     tokenizer: str = "compact"         # compact (the task's ids) | wordpiece (bert-base-uncased ids)
     attention: str = "standard"        # standard | lego-v0 | lego-v1 (section 5)
     identity_scaled: bool = False      # seed 004's two trainable scalars per head
+    identity_init: float = 0.0         # initial a (the x x^T score weight); 0 starts as plain attention
     lego_kernel: int = 5               # LEGO attention: width of the depthwise convolution
     lego_heads: int = 0                # LEGO v1: ordinary softmax heads beside the 3 hard-coded maps;
                                        # 0: n_heads // 4 (3 of BERT-base's 12, as in the paper)
@@ -178,6 +179,10 @@ class Encoder(nn.Module):
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps) if cfg.norm == "pre" else None
         self.head = nn.Linear(cfg.d_model, num_classes)
         self.apply(lambda m: _init_weights(m, cfg.init_std))
+        if cfg.identity_scaled and cfg.identity_init:
+            with torch.no_grad():
+                for block in self.blocks:
+                    block.attn.id_qk.fill_(cfg.identity_init)
         if cfg.positions == "sinusoidal":
             with torch.no_grad():
                 self.embed.pos.weight.copy_(sinusoids(cfg.max_len, cfg.embed) * cfg.init_std * 2 ** 0.5)
