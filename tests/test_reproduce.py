@@ -21,22 +21,22 @@ def test_reproduce_runs_reuses_and_summarises(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["reproduce", "fig3", "--seeds", "2"]) == 0
     runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
-    assert runs == ["fig3-cpu-albert-s0", "fig3-cpu-albert-s1", "fig3-cpu-bert-s0", "fig3-cpu-bert-s1"]
-    assert yaml.safe_load((tmp_path / "runs" / "fig3-cpu-bert-s1" / "config.yaml").read_text())["seed"] == 1
+    assert runs == ["cpu-albert-s0", "cpu-albert-s1", "cpu-bert-s0", "cpu-bert-s1"]
+    assert yaml.safe_load((tmp_path / "runs" / "cpu-bert-s1" / "config.yaml").read_text())["seed"] == 1
     report = tmp_path / "reports" / "fig3-cpu"
     assert (report / "accuracy.png").is_file() and "| bert | 2 |" in (report / "summary.md").read_text()
     capsys.readouterr()
     # a second call reuses every finished run
     assert main(["reproduce", "fig3", "--seeds", "2"]) == 0
     assert capsys.readouterr().err.count("done, reused") == 4
-    assert len(read_jsonl(tmp_path / "runs" / "fig3-cpu-bert-s0" / "metrics.jsonl")) == 2
+    assert len(read_jsonl(tmp_path / "runs" / "cpu-bert-s0" / "metrics.jsonl")) == 2
 
 
 def test_reproduce_shortcut_and_unknown_figure(tmp_path, monkeypatch, capsys):
     write_configs(tmp_path, n=12)
     monkeypatch.chdir(tmp_path)
     assert main(["reproduce", "fig11", "--seeds", "1"]) == 0
-    cfg = yaml.safe_load((tmp_path / "runs" / "fig11-cpu-bert-0to4+11-s0" / "config.yaml").read_text())
+    cfg = yaml.safe_load((tmp_path / "runs" / "cpu-bert-0to4+11-s0" / "config.yaml").read_text())
     assert cfg["train"]["supervise"] == [0, 1, 2, 3, 4, 11]
     summary = (tmp_path / "reports" / "fig11-cpu" / "summary.md").read_text()
     assert "| albert-0to4+11 | 1 |" in summary

@@ -124,3 +124,23 @@ def test_invalid_configs_fail_before_work_with_one_line(tiny_config, tmp_path, c
 def test_depth_range_beyond_an_untied_model_is_refused(tiny_config, tmp_path, capsys):
     assert main(["train", str(tiny_config()), "train.depth_min=1", "train.depth_max=4", "--runs", str(tmp_path)]) == 2
     assert "an untied model has only model.n_layers=2 layers" in capsys.readouterr().err
+
+
+def test_init_from_a_checkpoint_of_another_shape_is_refused(tiny_config, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    assert main(["train", str(tiny_config()), "train.steps=20", "--runs", str(runs), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["train", str(tiny_config()), "model.d_model=64", f"train.init={runs / 'tiny'}", "--name", "wide",
+                 "--runs", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint of another shape" in err and err.count("\n") == 1
+    empty = tmp_path / "empty-run"
+    (empty / "checkpoints").mkdir(parents=True)
+    assert main(["train", str(tiny_config()), f"train.init={empty}", "--name", "x", "--runs", str(runs)]) == 2
+    assert "has no checkpoint" in capsys.readouterr().err
+
+
+def test_bf16_autocast_and_fixed_depth_eval(tiny_config, tmp_path):
+    cfg = load_config(tiny_config(train={"steps": 10, "eval_every": 5, "dtype": "bf16"}))
+    records = trainer.train(cfg, tmp_path / "bf16", progress=False)
+    assert len(records) == 2 and all(0 <= a <= 1 for a in records[-1]["test_acc_per_step"])

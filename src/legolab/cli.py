@@ -354,7 +354,7 @@ def cmd_reproduce(args) -> int:
     from .reproduce import reproduce
 
     out = reproduce(args.figure, args.scale, args.seeds, args.runs, args.out, args.pretrained,
-                    log=lambda m: print(m, file=sys.stderr, flush=True))
+                    log=lambda m: print(m, file=sys.stderr, flush=True), threads=args.threads, mimic_steps=args.mimic_steps)
     print(f"wrote {out}")
     return 0
 
@@ -469,6 +469,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--runs", default="runs")
     s.add_argument("--out", default="reports")
     s.add_argument("--pretrained", help="paper scale: hf:PATH of a local bert-base-uncased checkpoint")
+    s.add_argument("--threads", type=int, default=0, help="CPU threads per run (0: the config's)")
+    s.add_argument("--mimic-steps", type=int, default=400, help="steps of the mimicking stage")
     s.set_defaults(func=cmd_reproduce)
 
     s = sub.add_parser("demo", help="show the task and train the CPU recipe briefly")

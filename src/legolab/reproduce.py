@@ -38,20 +38,26 @@ def _cfg(scale: str, stem: str) -> str:
 
 SHORTCUT = "train.supervise=[0,1,2,3,4,11]"
 MIMIC_STEPS = 400
+# The mimicking stage starts with zero residual branches, so that deeper layers see clean token
+# identities and learn their association heads too (docs/cpu_recipe.md); Adam at 1e-2 for narrow
+# models, 3e-3 from 256 wide. Training then loads the mimicked weights.
+MIMIC_INIT = ["model.residual_init=0"]
+# Run labels are global: figures that need the same run (fig3's BERT is also the baseline of the
+# LEGO-attention comparison) share it. label -> (config stem, overrides)
 FIGURES = {
     "fig3": Figure("BERT vs ALBERT (random init): test accuracy per variable, n=12, n_tr=6",
                    {"bert": ("bert", []), "albert": ("albert", [])}),
     "fig5": Figure("ALBERT with stochastic depth vs fixed depth",
                    {"albert": ("albert", []), "albert-stochastic-depth": ("albert", ["@stochastic_depth"])}),
     "fig6": Figure("random vs pretrained vs mimicking initialisation (MiniLM architecture at CPU scale)",
-                   {"random": ("minilm", []), "pretrained": ("minilm", ["@pretrained"]), "mimic": ("minilm", [])},
-                   mimic=("mimic",)),
+                   {"minilm-random": ("minilm", []), "minilm-pretrained": ("minilm", ["@pretrained"]),
+                    "minilm-mimic": ("minilm", [])}, mimic=("minilm-mimic",)),
     "fig11": Figure("shortcut: supervising #0..#4 and #11 vs #0..#4",
                     {"bert-0to4": ("bert", ["train.n_tr=5"]), "bert-0to4+11": ("bert", [SHORTCUT]),
                      "albert-0to4": ("albert", ["train.n_tr=5"]), "albert-0to4+11": ("albert", [SHORTCUT])}),
     "fig18": Figure("Task 2 (D3): BERT, ALBERT, mimicking BERT",
-                    {"bert": ("bert", ["task.group=d3"]), "albert": ("albert", ["task.group=d3"]),
-                     "mimic-bert": ("bert", ["task.group=d3"])}, mimic=("mimic-bert",)),
+                    {"d3-bert": ("bert", ["task.group=d3"]), "d3-albert": ("albert", ["task.group=d3"]),
+                     "d3-mimic-bert": ("bert", ["task.group=d3"])}, mimic=("d3-mimic-bert",)),
     "lego-attention": Figure("BERT vs LEGO attention v0/v1 vs identity-scaled BERT on Task 1",
                              {"bert": ("bert", []), "lego-v0": ("bert", ["model.attention=lego-v0"]),
                               "lego-v1": ("bert", ["model.attention=lego-v1"]),
@@ -88,7 +94,7 @@ def runs_for(fig: str, scale: str, seeds: int, pretrained: str | None) -> list[t
             else:
                 resolved.append(o)
         for seed in range(seeds if figure.seeded else 1):
-            name = f"{fig}-{scale}-{label}-s{seed}"
+            name = f"{scale}-{label}-s{seed}"
             out.append((label, Run(name, _cfg(scale, stem), resolved + [f"seed={seed}"], label in figure.mimic)))
     return out
 
@@ -104,7 +110,7 @@ def _finished(run_dir: Path) -> bool:
     return bool(records) and records[-1]["step"] >= total
 
 
-def ensure_run(run: Run, runs_root: Path, log) -> Path:
+def ensure_run(run: Run, runs_root: Path, log, mimic_steps: int = MIMIC_STEPS) -> Path:
     from .training.config import load_config
     from .training.trainer import start_or_resume
 
@@ -122,8 +128,8 @@ def ensure_run(run: Run, runs_root: Path, log) -> Path:
                 import shutil
 
                 shutil.rmtree(mimic_dir)
-            cfg = load_config(run.config, overrides)
-            mimic(cfg, mimic_dir, steps=MIMIC_STEPS, batch_size=32, lr=1e-2, log=log)
+            cfg = load_config(run.config, overrides + MIMIC_INIT)
+            mimic(cfg, mimic_dir, steps=mimic_steps, batch_size=32, lr=1e-2 if cfg.model.d_model < 256 else 3e-3, log=log)
         overrides.append(f"train.init={mimic_dir}")
     if (run_dir / "checkpoints" / "last.safetensors").is_file():
         log(f"{run.name}: resuming")
@@ -168,7 +174,7 @@ def markdown_table(summary: dict) -> str:
 
 
 def reproduce(fig: str, scale: str = "cpu", seeds: int = 3, runs_root: str = "runs", out_root: str = "reports",
-              pretrained: str | None = None, log=print) -> Path:
+              pretrained: str | None = None, log=print, threads: int = 0, mimic_steps: int = MIMIC_STEPS) -> Path:
     import os
 
     if fig not in FIGURES and fig not in ANALYSES:
@@ -181,11 +187,13 @@ def reproduce(fig: str, scale: str = "cpu", seeds: int = 3, runs_root: str = "ru
     if fig in FIGURES:
         groups: dict[str, list[Path]] = {}
         for label, run in runs_for(fig, scale, seeds, pretrained):
-            groups.setdefault(label, []).append(ensure_run(run, root, log))
+            if threads:
+                run.overrides.append(f"train.threads={threads}")
+            groups.setdefault(label, []).append(ensure_run(run, root, log, mimic_steps))
         if main:
             _finish_training_figure(fig, scale, groups, out)
     elif main:
-        _finish_analysis(fig, scale, seeds, root, out, pretrained, log)
+        _finish_analysis(fig, scale, seeds, root, out, pretrained, log, threads)
     return out
 
 
@@ -225,7 +233,7 @@ def _depth_sweep(groups) -> dict:
     return sweep
 
 
-def _finish_analysis(fig, scale, seeds, root, out, pretrained, log) -> None:
+def _finish_analysis(fig, scale, seeds, root, out, pretrained, log, threads=0) -> None:
     import torch
 
     from .analysis import plots
@@ -236,7 +244,7 @@ def _finish_analysis(fig, scale, seeds, root, out, pretrained, log) -> None:
 
         result = {}
         for label in ("bert", "albert"):
-            run = dict(runs_for("fig3", scale, 1, pretrained))[label]
+            run = dict(runs_for("fig3", scale, 1, pretrained))[label]  # seed 0 of fig3
             run_dir = ensure_run(run, root, log)
             cfg, task, model = load_run(run_dir, "last")
             grid = probe_grid(model, task, depth=cfg.train.eval_depth or None)
@@ -264,10 +272,11 @@ def _finish_analysis(fig, scale, seeds, root, out, pretrained, log) -> None:
 
         curves = {}
         for att in ("standard", "lego-v0", "lego-v1"):
-            name = f"fig10-{scale}-{att}"
+            name = f"{scale}-pretrain-{att}"
             run_dir = root / name
             records = read_jsonl(run_dir / "metrics.jsonl")
-            run = load_pretrain_config(f"configs/{scale}/pretrain.yaml", [f"model.attention={att}", f"name={name}"])
+            run = load_pretrain_config(f"configs/{scale}/pretrain.yaml", [f"model.attention={att}", f"name={name}"]
+                                       + ([f"pretrain.threads={threads}"] if threads else []))
             if not records or records[-1]["step"] < run.pretrain.steps:
                 pretrain(run, run_dir, resume=(run_dir / "checkpoints" / "last.safetensors").is_file(), log=log)
                 records = read_jsonl(run_dir / "metrics.jsonl")
