@@ -435,9 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("mimic", help="pretrain attention heads to mimic association and manipulation (an init)")
     s.add_argument("config", nargs="+", metavar="CONFIG.yaml [key=value ...]")
-    s.add_argument("--steps", type=int, default=1000)
-    s.add_argument("--batch-size", type=int, default=64)
-    s.add_argument("--lr", type=float, default=1e-3)
+    s.add_argument("--steps", type=int, default=400)
+    s.add_argument("--batch-size", type=int, default=32)
+    s.add_argument("--lr", type=float, default=None, help="Adam learning rate (default: 1e-2, 3e-3 from 256 wide)")
     s.add_argument("--name", help="output run name (default: mimic-CONFIGNAME)")
     s.add_argument("--runs", default="runs")
     s.set_defaults(func=cmd_mimic)

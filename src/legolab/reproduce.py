@@ -38,10 +38,6 @@ def _cfg(scale: str, stem: str) -> str:
 
 SHORTCUT = "train.supervise=[0,1,2,3,4,11]"
 MIMIC_STEPS = 400
-# The mimicking stage starts with zero residual branches, so that deeper layers see clean token
-# identities and learn their association heads too (docs/cpu_recipe.md); Adam at 1e-2 for narrow
-# models, 3e-3 from 256 wide. Training then loads the mimicked weights.
-MIMIC_INIT = ["model.residual_init=0"]
 # Run labels are global: figures that need the same run (fig3's BERT is also the baseline of the
 # LEGO-attention comparison) share it. label -> (config stem, overrides)
 FIGURES = {
@@ -128,12 +124,12 @@ def ensure_run(run: Run, runs_root: Path, log, mimic_steps: int = MIMIC_STEPS) -
                 import shutil
 
                 shutil.rmtree(mimic_dir)
-            cfg = load_config(run.config, overrides + MIMIC_INIT)
-            mimic(cfg, mimic_dir, steps=mimic_steps, batch_size=32, lr=1e-2 if cfg.model.d_model < 256 else 3e-3, log=log)
+            mimic(load_config(run.config, overrides), mimic_dir, steps=mimic_steps, batch_size=32, log=log)
         overrides.append(f"train.init={mimic_dir}")
     if (run_dir / "checkpoints" / "last.safetensors").is_file():
         log(f"{run.name}: resuming")
-        start_or_resume(None, [], resume_dir=run_dir, progress=None)
+        threads = [o for o in overrides if o.startswith("train.threads=")]  # the one change a resume may make
+        start_or_resume(None, threads, resume_dir=run_dir, progress=None)
     else:
         if run_dir.exists():  # started but never checkpointed: start over
             import shutil

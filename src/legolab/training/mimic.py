@@ -65,9 +65,19 @@ def mimic_loss(model, tokens: torch.Tensor, depth: int | None = None) -> torch.T
     return loss
 
 
-def mimic(cfg: RunConfig, out_dir: str | Path, steps: int = 1000, batch_size: int = 64, lr: float = 1e-3,
-          log_every: int = 50, log=print) -> list[dict]:
-    """Train the mimicking objective for ``steps`` and save the initialisation in ``out_dir``."""
+def mimic(cfg: RunConfig, out_dir: str | Path, steps: int = 1000, batch_size: int = 64, lr: float | None = None,
+          log_every: int = 50, log=print, residual_init: float = 0.0) -> list[dict]:
+    """Train the mimicking objective for ``steps`` and save the initialisation in ``out_dir``.
+
+    The model starts with its residual branches at ``residual_init`` (default 0): deeper layers
+    then see clean token identities and learn their association heads too, which from BERT's
+    initialisation only layer 0 did in our runs (docs/cpu_recipe.md). ``lr`` defaults to Adam at
+    1e-2 below 256 wide and 3e-3 from there.
+    """
+    import dataclasses
+
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, residual_init=residual_init))
+    lr = lr or (1e-2 if cfg.model.d_model < 256 else 3e-3)
     if cfg.model.attention != "standard" or cfg.model.n_heads < 2:
         raise LegoError("mimic: needs standard softmax attention with at least 2 heads per layer")
     out_dir = Path(out_dir)
