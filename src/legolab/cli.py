@@ -136,6 +136,8 @@ def cmd_train(args) -> int:
     config, overrides = _split_config_args(args.config)
     if config is None and args.resume is None:
         raise LegoError("give a config file (for example configs/cpu/bert.yaml) or --resume RUN")
+    if args.init:
+        overrides.append(f"train.init={args.init}")
     start_or_resume(config, overrides, runs_root=args.runs, resume_dir=args.resume, name=args.name,
                     progress=False if args.no_progress else None)
     return 0
@@ -390,6 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--name", help="run name (default: the config's name)")
     s.add_argument("--runs", default="runs", help="directory holding run directories")
     s.add_argument("--resume", metavar="RUN", help="continue a run directory from its last checkpoint")
+    s.add_argument("--init", metavar="RUN_OR_FILE", help="initial weights: a run, a checkpoint file, minilm or hf:PATH "
+                   "(the same as train.init=...)")
     s.add_argument("--no-progress", action="store_true", help="a line per evaluation instead of a live bar")
     s.set_defaults(func=cmd_train)
 

@@ -25,10 +25,10 @@ class TrainConfig:
     # supervision: the first n_tr chain variables (0: all), or an explicit list of chain indices
     n_tr: int = 6
     supervise: list[int] | None = None
-    # data: a fixed training set of train_size sentences (the paper: 10^4 * n), or 0 for fresh
-    # sentences every step; the test set is fixed (the paper: 10^3 * n)
-    train_size: int = 120_000
-    test_size: int = 12_000
+    # data: a fixed training set of train_size sentences, or 0 for fresh sentences every step;
+    # a fixed test set. Unset: the paper's 10^4 * n and 10^3 * n.
+    train_size: int | None = None
+    test_size: int | None = None
     # curriculum over chain length (fresh data): stage i trains curriculum_steps[i] steps on
     # sentences of curriculum_n[i] clauses, then training continues on task.n
     curriculum_n: list[int] | None = None
@@ -167,6 +167,10 @@ class RunConfig:
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"seed: must be a non-negative integer, got {self.seed!r}")
         tc = self.task_config()
+        if self.train.train_size is None:
+            self.train.train_size = 10_000 * tc.n
+        if self.train.test_size is None:
+            self.train.test_size = 1_000 * tc.n
         self.model.validate()
         self.train.validate(tc.n, self.model)
         if 2 + 5 * tc.n > self.model.max_len:
