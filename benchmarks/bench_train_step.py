@@ -15,7 +15,6 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
 
 from legolab.models import Encoder, ModelConfig
 from legolab.tasks import LegoConfig, LegoTask
@@ -95,12 +94,12 @@ def main() -> None:
         step = make_train_step(model, opt, compile=compiled)
         mask = torch.ones_like(targets, dtype=torch.bool)
         contenders["legolab" + (" compiled" if compiled else "")] = (
-            lambda s=step: s(tokens, positions, targets, mask, depth=None, clip=1.0))
+            lambda s=step, m=mask: s(tokens, positions, targets, m, depth=None, clip=1.0))
 
     threads = torch.get_num_threads()
     peak = matmul_peak(threads)
     times = {name: [] for name in contenders}
-    for name, fn in contenders.items():  # warm up (and compile) once
+    for fn in contenders.values():  # warm up (and compile) once
         measure(fn, 3, 1)
     for _ in range(args.rounds):
         for name, fn in contenders.items():

@@ -102,7 +102,6 @@ def test_wordpiece_spelling_keeps_five_pieces_per_clause():
     from transformers import BertTokenizer
 
     from legolab.models.hf import minilm_path, wordpiece_ids, wordpiece_spelling, wordpiece_vocab
-    from legolab.tasks.lego_text import format_sentence
 
     tok = BertTokenizer.from_pretrained(str(minilm_path()))
     for group, n_vars in (("sign", 26), ("d3", 26), ("s3", 40)):

@@ -32,7 +32,7 @@ def plot_runs(run_dirs: list[str], out: str | None = None, x: str = "epoch") -> 
     fig, axes = plt.subplots(1, k + 1, figsize=(4.2 * (k + 1), 3.6), squeeze=False)
     axes = axes[0]
     cmap = plt.get_cmap("viridis")
-    for ax, (path, cfg, records) in zip(axes, runs):
+    for ax, (_, cfg, records) in zip(axes, runs):
         n = len(records[0]["test_acc_per_step"])
         supervised = set(cfg.train.supervised_steps(n))
         xs = [r[x] for r in records]
@@ -46,7 +46,7 @@ def plot_runs(run_dirs: list[str], out: str | None = None, x: str = "epoch") -> 
     axes[0].set_ylabel("test accuracy")
     axes[0].legend(fontsize=6, ncol=2, title="variable (dashed: unsupervised)", title_fontsize=6, loc="lower right")
     ax = axes[-1]
-    for path, cfg, records in runs:
+    for _, cfg, records in runs:
         accs = records[-1]["test_acc_per_step"]
         ax.plot(range(len(accs)), accs, marker="o", ms=3, label=cfg.name)
     ax.set_title("final test accuracy per chain index", fontsize=10)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..errors import LegoError
 from ..io import read_jsonl
-from ..models import Encoder, build_model
+from ..models import build_model
 from ..tasks import make_task
 from .checkpoint import load_model_weights, model_weights, read_checkpoint
 from .config import RunConfig, load_config

@@ -198,7 +198,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, progress, dist: Distribu
     train_step = make_train_step(wrapped, opt, compile=tc.compile, autocast_dtype=dtype)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, total, tc), last_epoch=step - 1)
 
-    reporter = Reporter(cfg, model, total, steps_per_epoch, supervised.cpu(), init_note, dist.main, progress, step, records)
+    reporter = Reporter(cfg, model, total, supervised.cpu(), init_note, dist.main, progress, step, records)
     acc_sums = torch.zeros(3, device=device)  # loss sum, correct, count over supervised read-outs
     local = tc.batch_size // dist.world
     t0 = time.perf_counter()
@@ -289,7 +289,7 @@ class Reporter:
     """A progress bar with the live per-variable test accuracy (a line per evaluation when the
     output is not a terminal), and a table at the end. Silent on ranks other than 0."""
 
-    def __init__(self, cfg, model, total, steps_per_epoch, supervised, init_note, main, progress, step, records):
+    def __init__(self, cfg, model, total, supervised, init_note, main, progress, step, records):
         from rich.console import Console
 
         self.cfg, self.total, self.supervised = cfg, total, supervised
