@@ -312,13 +312,13 @@ def cmd_flops(args) -> int:
     rows = report(args.model, attentions, args.batch, seqs, args.latency_batch, args.latency_max_seq)
     base = {r["seq"]: r["flops"] for r in rows if r["attention"] == "bert"}
     print(f"{args.model}: inference FLOPs for {args.batch} sequences (FlopCounterMode, exact attention path, "
-          f"embeddings excluded); latency: median CPU forward at batch {args.latency_batch}, "
-          f"{torch.get_num_threads()} threads")
-    print(f"{'attention':10s} {'seq':>6s} {'TFLOP':>9s} {'vs bert':>8s} {'params':>8s} {'no emb.':>8s} {'latency':>9s}")
+          "embeddings excluded); latency: " + (f"median CPU forward at batch {args.latency_batch}, "
+          f"{torch.get_num_threads()} threads" if args.latency_batch else "not measured"))
+    print(f"{'attention':10s} {'seq':>6s} {'GFLOP':>10s} {'vs bert':>8s} {'params':>8s} {'no emb.':>8s} {'latency':>9s}")
     for r in rows:
         rel = f"{r['flops'] / base[r['seq']]:7.2f}x" if r["seq"] in base else ""
         lat = f"{r['latency_s'] * 1e3:7.0f}ms" if r["latency_s"] is not None else "        -"
-        print(f"{r['attention']:10s} {r['seq']:6d} {r['flops'] / 1e12:9.3f} {rel:>8s} {r['params'] / 1e6:7.1f}M "
+        print(f"{r['attention']:10s} {r['seq']:6d} {r['flops'] / 1e9:10.1f} {rel:>8s} {r['params'] / 1e6:7.1f}M "
               f"{r['params_no_embeddings'] / 1e6:7.1f}M {lat}")
     if args.json:
         write_json(args.json, {"model": args.model, "rows": rows})
