@@ -257,7 +257,15 @@ def _finish_analysis(fig, scale, seeds, root, out, pretrained, log, threads=0) -
         tokens = torch.from_numpy(task.sample("analysis", range(200)).tokens).long()
         scores = score_model(model, task, tokens)
         plots.plot_head_scores(scores, out / "head_scores.png", title=f"{source} before fine-tuning")
-        write_json(out / "head_scores.json", {k: v.tolist() for k, v in scores.items()})
+        result = {"pretrained": {k: v.tolist() for k, v in scores.items()}}
+        # ... and after fine-tuning: seed 0 of every fig6 run that exists
+        for label, run in runs_for("fig6", scale, 1, pretrained):
+            if _finished(root / run.name):
+                _, task, model = load_source(str(root / run.name))
+                scores = score_model(model, task, tokens)
+                plots.plot_head_scores(scores, out / f"head_scores-{label}.png", title=f"{run.name} after training")
+                result[label] = {k: v.tolist() for k, v in scores.items()}
+        write_json(out / "head_scores.json", result)
     elif fig == "fig9":
         from .analysis.flops import report
 
