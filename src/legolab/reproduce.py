@@ -8,6 +8,7 @@ scale launch it under torchrun: every run is data-parallel.
 
 from __future__ import annotations
 
+import shutil
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,10 +101,8 @@ def _finished(run_dir: Path) -> bool:
         return False
     from .training.runs import run_config
 
-    cfg = run_config(run_dir)
     records = read_jsonl(run_dir / "metrics.jsonl")
-    total = cfg.train.steps or cfg.train.epochs * (cfg.train.train_size // cfg.train.batch_size or cfg.train.eval_every)
-    return bool(records) and records[-1]["step"] >= total
+    return bool(records) and records[-1]["step"] >= run_config(run_dir).train.total_steps()
 
 
 def ensure_run(run: Run, runs_root: Path, log, mimic_steps: int = MIMIC_STEPS) -> Path:
@@ -121,8 +120,6 @@ def ensure_run(run: Run, runs_root: Path, log, mimic_steps: int = MIMIC_STEPS) -
         mimic_dir = runs_root / f"{run.name}-mimic-init"
         if not (mimic_dir / "checkpoints" / "last.safetensors").is_file():
             if mimic_dir.exists():
-                import shutil
-
                 shutil.rmtree(mimic_dir)
             mimic(load_config(run.config, overrides), mimic_dir, steps=mimic_steps, batch_size=32, log=log)
         overrides.append(f"train.init={mimic_dir}")
@@ -132,8 +129,6 @@ def ensure_run(run: Run, runs_root: Path, log, mimic_steps: int = MIMIC_STEPS) -
         start_or_resume(None, threads, resume_dir=run_dir, progress=None)
     else:
         if run_dir.exists():  # started but never checkpointed: start over
-            import shutil
-
             shutil.rmtree(run_dir)
         log(f"{run.name}: training")
         start_or_resume(run.config, overrides, runs_root=runs_root, name=run.name, progress=None)
@@ -220,7 +215,7 @@ def _depth_sweep(groups) -> dict:
 
     sweep = {}
     for label, dirs in groups.items():
-        cfg, task, model = load_run(dirs[0], "last")
+        _, task, model = load_run(dirs[0], "last")
         data = TensorBatch.from_batch(task.sample("depth-sweep", range(2000)))
         sweep[label] = {}
         for depth in (4, 6, 8, 10, 12, 14, 16, 20):

@@ -143,6 +143,13 @@ class TrainConfig:
             return int(np.random.default_rng([seed, step, 0x1E]).integers(self.n_min, n + 1))
         return n
 
+    def steps_per_epoch(self) -> int:
+        """Steps of one pass over the fixed training set; fresh data: eval_every."""
+        return self.train_size // self.batch_size if self.train_size else self.eval_every
+
+    def total_steps(self) -> int:
+        return self.steps or self.epochs * self.steps_per_epoch()
+
     def supervised_steps(self, n: int) -> list[int]:
         if self.supervise is not None:
             return sorted(set(self.supervise))

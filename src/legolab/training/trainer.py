@@ -155,8 +155,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, progress, dist: Distribu
     # data: the test set is sharded across ranks; a fixed training set lives on every rank
     test = TensorBatch.from_batch(task.sample("test", range(tc.test_size)))[dist.rank::dist.world]
     fixed = TensorBatch.from_batch(task.sample("train", range(tc.train_size)), device) if tc.train_size else None
-    steps_per_epoch = tc.train_size // tc.batch_size if fixed is not None else tc.eval_every
-    total = tc.steps or tc.epochs * steps_per_epoch
+    steps_per_epoch, total = tc.steps_per_epoch(), tc.total_steps()
     eval_every = tc.eval_every or steps_per_epoch
     supervised = torch.zeros(n, dtype=torch.bool)
     supervised[tc.supervised_steps(n)] = True
