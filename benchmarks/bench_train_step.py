@@ -1,11 +1,13 @@
-"""Training-step throughput (tokens/s) of legolab's BERT against transformers'
-BertForTokenClassification at the same shape, eager and sdpa, on CPU, side by side in one run.
+"""Training-step and inference throughput of legolab's BERT against transformers'
+BertForTokenClassification at the same shape, side by side in one run: transformers (eager,
+sdpa), legolab fp32 (sdpa kernel, math kernel), legolab bf16 (autocast: fp32 master weights and
+loss, bf16 matmuls on the matrix units), and with ``--compile`` the torch.compile variants.
 
-Same layers/width/heads/FFN, sequence length 62 (n = 12), same batch, AdamW, loss on the 12
-read-out tokens. Also prints the model FLOP utilisation against this machine's measured fp32
-matmul peak.
+Same layers/width/heads/FFN, pre-LN, sequence length 62 (n = 12), same batch, AdamW, loss on the
+12 read-out tokens. MFU is printed against this machine's measured fp32 and bf16 matmul peaks;
+ratios are against legolab fp32 (sdpa), the default before the bf16 path.
 
-    python benchmarks/bench_train_step.py [--layers 6 --width 64 --heads 4 --batch 128]
+    python benchmarks/bench_train_step.py [--layers 6 --width 64 --heads 4 --batch 32] [--compile]
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from legolab.tasks import LegoConfig, LegoTask
 from legolab.training.step import make_optimizer, make_train_step
 
 
-def matmul_peak(threads: int, size: int = 2048, repeats: int = 5) -> float:
-    a, b = torch.randn(size, size), torch.randn(size, size)
+def matmul_peak(dtype=torch.float32, size: int = 2048, repeats: int = 5) -> float:
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     a @ b
     best = min(_time(lambda: a @ b) for _ in range(repeats))
     return 2 * size ** 3 / best
@@ -60,13 +62,14 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--eval-batch", type=int, default=1000)
     ap.add_argument("--n", type=int, default=12)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3, help="alternate the contenders this many times")
     ap.add_argument("--compile", action="store_true", help="also time legolab with torch.compile")
+    ap.add_argument("--no-hf", action="store_true", help="leave transformers out")
     args = ap.parse_args()
-    from transformers import BertConfig, BertForTokenClassification
 
     torch.manual_seed(0)
     task = LegoTask(LegoConfig(n=args.n))
@@ -77,47 +80,68 @@ def main() -> None:
     B, T = tokens.shape
     labels = torch.full((B, T), -100, dtype=torch.long)
     labels.scatter_(1, positions, targets)
+    ev = task.sample("test", range(args.eval_batch))
+    ev_tokens, ev_positions = torch.from_numpy(ev.tokens).long(), torch.from_numpy(ev.positions).long()
 
-    contenders = {}
-    for impl in ("eager", "sdpa"):
-        hf_cfg = BertConfig(vocab_size=len(task.vocab), hidden_size=args.width, num_hidden_layers=args.layers,
-                            num_attention_heads=args.heads, intermediate_size=4 * args.width,
-                            max_position_embeddings=512, num_labels=task.num_classes,
-                            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, attn_implementation=impl)
-        hf = BertForTokenClassification(hf_cfg).train()
-        hf_opt = torch.optim.AdamW(hf.parameters(), lr=1e-4)
-        contenders[f"transformers {impl}"] = (lambda m=hf, o=hf_opt: hf_step(m, o, tokens, labels))
-    cfg = ModelConfig(n_layers=args.layers, d_model=args.width, n_heads=args.heads)
-    for compiled in ([False, True] if args.compile else [False]):
+    train_fns, infer_fns = {}, {}
+    if not args.no_hf:
+        from transformers import BertConfig, BertForTokenClassification
+
+        for impl in ("eager", "sdpa"):
+            hf_cfg = BertConfig(vocab_size=len(task.vocab), hidden_size=args.width, num_hidden_layers=args.layers,
+                                num_attention_heads=args.heads, intermediate_size=4 * args.width,
+                                max_position_embeddings=512, num_labels=task.num_classes,
+                                hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, attn_implementation=impl)
+            hf = BertForTokenClassification(hf_cfg).train()
+            hf_opt = torch.optim.AdamW(hf.parameters(), lr=1e-4)
+            train_fns[f"transformers {impl}"] = (lambda m=hf, o=hf_opt: hf_step(m, o, tokens, labels))
+            infer_fns[f"transformers {impl}"] = (lambda m=hf: _no_grad(lambda: m.eval()(input_ids=ev_tokens)))
+    variants = [("legolab fp32 sdpa", "sdpa", None, False), ("legolab fp32 math", "math", None, False),
+                ("legolab bf16", "math", torch.bfloat16, False)]
+    if args.compile:
+        variants += [("legolab fp32 compiled", "math", None, True), ("legolab bf16 compiled", "math", torch.bfloat16, True)]
+    for name, impl, dtype, compiled in variants:
+        cfg = ModelConfig(n_layers=args.layers, d_model=args.width, n_heads=args.heads, norm="pre", attn_impl=impl)
         model = Encoder(cfg, len(task.vocab), task.num_classes).train()
         opt = make_optimizer(model, lr=1e-4, weight_decay=0.0)
-        step = make_train_step(model, opt, compile=compiled)
+        step = make_train_step(model, opt, compile=compiled, autocast_dtype=dtype)
         mask = torch.ones_like(targets, dtype=torch.bool)
-        contenders["legolab" + (" compiled" if compiled else "")] = (
-            lambda s=step, m=mask: s(tokens, positions, targets, m, depth=None, clip=1.0))
+        train_fns[name] = (lambda s=step, m=mask: s(tokens, positions, targets, m, depth=None, clip=1.0))
+        infer_fns[name] = (lambda m=model, d=dtype: _infer(m, ev_tokens, ev_positions, d))
 
     threads = torch.get_num_threads()
-    peak = matmul_peak(threads)
-    times = {name: [] for name in contenders}
-    for fn in contenders.values():  # warm up (and compile) once
-        measure(fn, 3, 1)
-    for _ in range(args.rounds):
-        for name, fn in contenders.items():
-            times[name] += measure(fn, 1, args.steps)
+    peak32, peak16 = matmul_peak(torch.float32), matmul_peak(torch.bfloat16)
     flops = step_flops(args.layers, args.width, 4 * args.width, T, B, args.n, task.num_classes)
-    print(f"shape: {args.layers} layers, width {args.width}, {args.heads} heads, batch {B}, seq {T}; "
-          f"{threads} threads; fp32 matmul peak {peak / 1e9:.0f} GFLOP/s; {flops / 1e9:.2f} GFLOP per step")
-    print(f"{'contender':24s} {'ms/step':>9s} {'tokens/s':>10s} {'MFU':>6s}")
-    best_hf = None
-    for name, ts in times.items():
-        med = statistics.median(ts)
-        tps = B * T / med
-        if name.startswith("transformers"):
-            best_hf = max(best_hf or 0, tps)
-        print(f"{name:24s} {med * 1e3:9.1f} {tps:10,.0f} {flops / med / peak:6.1%}")
-    for name, ts in times.items():
-        if name.startswith("legolab"):
-            print(f"{name} / faster transformers: {B * T / statistics.median(ts) / best_hf:.2f}x")
+    infer_flops = step_flops(args.layers, args.width, 4 * args.width, T, args.eval_batch, args.n, task.num_classes) / 3
+    print(f"{time.strftime('%Y-%m-%d')}; {threads} threads; matmul peak fp32 {peak32 / 1e9:.0f} GFLOP/s, "
+          f"bf16 {peak16 / 1e9:.0f} GFLOP/s (2048^2)")
+    print(f"shape: {args.layers} layers, width {args.width}, {args.heads} heads, pre-LN, seq {T}; "
+          f"training batch {B} ({flops / 1e9:.2f} GFLOP per step), inference batch {args.eval_batch}")
+    for title, fns, per, count in (("training step", train_fns, flops, B), ("inference", infer_fns, infer_flops, args.eval_batch)):
+        times = {name: [] for name in fns}
+        for fn in fns.values():  # warm up (and compile) once
+            measure(fn, 3, 1)
+        for _ in range(args.rounds):
+            for name, fn in fns.items():
+                times[name] += measure(fn, 1, args.steps if title == "training step" else max(2, args.steps // 4))
+        med = {name: statistics.median(ts) for name, ts in times.items()}
+        base = med["legolab fp32 sdpa"]
+        print(f"\n{title}:")
+        print(f"{'contender':24s} {'ms':>9s} {'sentences/s':>12s} {'MFU fp32':>9s} {'MFU bf16':>9s} {'vs fp32 sdpa':>13s}")
+        for name, m in med.items():
+            print(f"{name:24s} {m * 1e3:9.1f} {count / m:12,.0f} {per / m / peak32:9.1%} {per / m / peak16:9.1%} "
+                  f"{base / m:12.2f}x")
+
+
+def _no_grad(fn):
+    with torch.no_grad():
+        return fn()
+
+
+def _infer(model, tokens, positions, dtype):
+    model.eval()
+    with torch.no_grad(), torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+        return model(tokens, positions)
 
 
 if __name__ == "__main__":

@@ -112,6 +112,9 @@ def test_cli_train_eval_plot_and_refusals(tiny_config, tmp_path, capsys):
     ("model.lr=1", "model.lr: unknown key"),
     ("train.lr=fast", "train.lr: expected a number"),
     ("oops=1", "oops: unknown key"),
+    ("train.lr=inf", "train.lr: must be a finite number"),
+    ("train.clip=nan", "train.clip: must be a finite number"),
+    ("train.warmup=nan", "train.warmup: must be a finite number"),
 ])
 def test_invalid_configs_fail_before_work_with_one_line(tiny_config, tmp_path, capsys, override, message):
     assert main(["train", str(tiny_config()), override, "--runs", str(tmp_path / "runs")]) == 2
@@ -143,3 +146,13 @@ def test_bf16_autocast_and_fixed_depth_eval(tiny_config, tmp_path):
     cfg = load_config(tiny_config(train={"steps": 10, "eval_every": 5, "dtype": "bf16"}))
     records = trainer.train(cfg, tmp_path / "bf16", progress=False)
     assert len(records) == 2 and all(0 <= a <= 1 for a in records[-1]["test_acc_per_step"])
+
+
+def test_a_run_whose_loss_blows_up_stops_with_one_line(tiny_config, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    assert main(["train", str(tiny_config()), "train.lr=1e30", "train.clip=0", "train.warmup=0", "--runs", str(runs),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "the training loss became non-finite before step" in err
+    for r in read_jsonl(runs / "tiny" / "metrics.jsonl"):
+        assert r["train_loss"] == r["train_loss"]  # no NaN record was written

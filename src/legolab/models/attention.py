@@ -46,11 +46,29 @@ class Context:
     key_padding: torch.Tensor | None = None   # (B, T) True at padding, or None if there is none
     cache: ActivationCache | None = None
     shared: dict = field(default_factory=dict)  # per-input maps built once for all layers (LEGO attention)
+    scaffold: float = 0.0                     # training only: + this on head 0's scores where the key
+                                              # holds the query's token (an association scaffold)
     bos_id: int = 1                           # token ids of BOS and EOS (LEGO attention's broadcast maps)
     eos_id: int = 2
 
     def wants(self, name: str) -> bool:
         return self.cache is not None and self.cache.wants(name)
+
+    def valid(self) -> torch.Tensor | None:
+        """(B, T, 1) float, 1 at real tokens, or None if there is no padding."""
+        if self.key_padding is None:
+            return None
+        if "valid" not in self.shared:
+            self.shared["valid"] = (~self.key_padding).unsqueeze(-1).float()
+        return self.shared["valid"]
+
+    def same_token(self) -> torch.Tensor:
+        """(B, T, T) float, 1 where position j != i holds position i's token."""
+        if "same_token" not in self.shared:
+            t = self.tokens
+            same = (t[:, :, None] == t[:, None, :]) & ~torch.eye(t.shape[1], dtype=torch.bool, device=t.device)
+            self.shared["same_token"] = same.float()
+        return self.shared["same_token"]
 
     def attn_mask(self) -> torch.Tensor | None:
         """Boolean (B, 1, 1, T) mask, True where a key may be attended to."""
@@ -71,8 +89,21 @@ def identity_scores(x_q: torch.Tensor, x: torch.Tensor, positions: torch.Tensor 
     return s.masked_fill(self_mask, 0.0).unsqueeze(1)
 
 
+def _auto_impl(q: torch.Tensor) -> str:
+    """math for bf16 on a CPU (SDPA's CPU backward is ~6x slower there), SDPA otherwise (as fast
+    or faster in fp32 on a CPU, fused and memory-lean on a GPU)."""
+    return "math" if q.device.type == "cpu" and q.dtype == torch.bfloat16 else "sdpa"
+
+
 class SelfAttention(nn.Module):
-    def __init__(self, d_model: int, n_heads: int, attn_dropout: float = 0.0, identity_scaled: bool = False):
+    """``impl`` picks the kernel and nothing else does: ``sdpa`` (F.scaled_dot_product_attention,
+    the fused kernel GPUs want), ``math`` (softmax(QK^T / sqrt(d_head)) V as plain matmuls: on a
+    CPU as fast in fp32 and 6x faster in bf16 backward than SDPA's CPU kernel at LEGO's short
+    sequences), or ``auto`` (math for bf16 on a CPU, sdpa otherwise). Asking for ``hook_pattern`` only
+    observes: under sdpa the probabilities are computed beside the fused kernel, not instead."""
+
+    def __init__(self, d_model: int, n_heads: int, attn_dropout: float = 0.0, identity_scaled: bool = False,
+                 impl: str = "auto"):
         super().__init__()
         if d_model % n_heads:
             raise ValueError("d_model must be divisible by n_heads")
@@ -81,6 +112,7 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(d_model, d_model)
         self.attn_dropout = attn_dropout
         self.identity_scaled = identity_scaled
+        self.impl = impl
         if identity_scaled:
             self.id_qk = nn.Parameter(torch.zeros(n_heads))  # a_h
             self.id_vo = nn.Parameter(torch.zeros(n_heads))  # b_h
@@ -102,15 +134,16 @@ class SelfAttention(nn.Module):
         mask = ctx.attn_mask()
         p_drop = self.attn_dropout if self.training else 0.0
         want_pattern = ctx.wants(f"{name}.hook_pattern")
-        if not (want_pattern or self.identity_scaled):
+        impl = self.impl if self.impl != "auto" else _auto_impl(q)
+        if impl == "sdpa" and not (self.identity_scaled or ctx.scaffold):
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop)
+            if want_pattern or ctx.wants(f"{name}.hook_attn_scores"):
+                # observed beside the fused kernel, with gradients (the guidance loss reads them)
+                pattern = self._pattern(q, k, x_q, x, mask, positions, ctx, name)
+                if want_pattern:
+                    ctx.cache[f"{name}.hook_pattern"] = pattern
             return self.out(z.transpose(1, 2).reshape(B, T_q, D))
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)
-        if self.identity_scaled:
-            scores = scores + self.id_qk.view(1, H, 1, 1) * identity_scores(x_q, x, positions)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        pattern = scores.softmax(-1)
+        pattern = self._pattern(q, k, x_q, x, mask, positions, ctx, name)
         if want_pattern:
             ctx.cache[f"{name}.hook_pattern"] = pattern
         if p_drop:
@@ -118,6 +151,23 @@ class SelfAttention(nn.Module):
         out = self.out((pattern @ v).transpose(1, 2).reshape(B, T_q, D))
         if self.identity_scaled:
             # sum_h b_h A_h x, without materialising (B, H, T, D)
-            mixed = torch.einsum("h,bhts->bts", self.id_vo, pattern)
-            out = out + mixed @ x
+            mixed = torch.einsum("h,bhts->bts", self.id_vo.to(pattern.dtype), pattern)
+            out = out + mixed @ x.to(mixed.dtype)
         return out
+
+    def _pattern(self, q, k, x_q, x, mask, positions, ctx=None, name: str = "") -> torch.Tensor:
+        scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.d_head))
+        if ctx is not None and ctx.wants(f"{name}.hook_attn_scores"):
+            ctx.cache[f"{name}.hook_attn_scores"] = scores  # learned scores: before scaffold and mask
+        if ctx is not None and ctx.scaffold:
+            same = ctx.same_token()
+            if positions is not None:
+                same = torch.gather(same, 1, positions.unsqueeze(-1).expand(-1, -1, same.shape[-1]))
+            head0 = torch.zeros(scores.shape[1], 1, 1, dtype=scores.dtype, device=scores.device)
+            head0[0] = ctx.scaffold
+            scores = scores + head0 * same.unsqueeze(1).to(scores.dtype)
+        if self.identity_scaled:
+            scores = scores + self.id_qk.view(1, -1, 1, 1) * identity_scores(x_q, x, positions)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return scores.softmax(-1)

@@ -53,8 +53,11 @@ class ModelConfig:
                                        # init (Trockman & Kolter 2023; seed 004's mimetic_init_kq)
     tokenizer: str = "compact"         # compact (the task's ids) | wordpiece (bert-base-uncased ids)
     attention: str = "standard"        # standard | lego-v0 | lego-v1 (section 5)
+    attn_impl: str = "auto"            # auto (math for bf16 on CPU, else sdpa) | math | sdpa: the kernel only
     identity_scaled: bool = False      # seed 004's two trainable scalars per head
     identity_init: float = 0.0         # initial a (the x x^T score weight); 0 starts as plain attention
+    conv: int = 0                      # kernel of a depthwise, non-causal convolution added to every
+                                       # block's input before attention (Canon-A); 0: off
     lego_kernel: int = 5               # LEGO attention: width of the depthwise convolution
     lego_heads: int = 0                # LEGO v1: ordinary softmax heads beside the 3 hard-coded maps;
                                        # 0: n_heads // 4 (3 of BERT-base's 12, as in the paper)
@@ -68,6 +71,7 @@ class ModelConfig:
         need(self.norm in NORMS, "norm", f"must be one of {', '.join(NORMS)}")
         need(self.attention in ATTENTIONS, "attention", f"must be one of {', '.join(ATTENTIONS)}")
         need(self.tokenizer in ("compact", "wordpiece"), "tokenizer", "must be compact or wordpiece")
+        need(self.attn_impl in ("auto", "math", "sdpa"), "attn_impl", "must be auto, math or sdpa")
         need(self.positions in ("learned", "sinusoidal"), "positions", "must be learned or sinusoidal")
         for key in ("n_layers", "d_model", "n_heads", "max_len"):
             need(isinstance(getattr(self, key), int) and getattr(self, key) >= 1, key, "must be a positive integer")
@@ -80,6 +84,7 @@ class ModelConfig:
         need(self.init_std > 0, "init_std", "must be positive")
         need(self.residual_init >= 0, "residual_init", "must be non-negative")
         need(self.pos_init >= 0, "pos_init", "must be non-negative")
+        need(self.conv == 0 or self.conv % 2 == 1, "conv", "must be 0 (off) or a positive odd kernel width")
         need(self.lego_kernel >= 1 and self.lego_kernel % 2 == 1, "lego_kernel", "must be a positive odd integer")
         need(0 <= self.lego_heads <= self.n_heads, "lego_heads", f"must be between 0 and n_heads={self.n_heads}")
         need(self.d_embed == 0 or self.arch == "albert", "d_embed", "a factorised embedding is ALBERT's (arch: albert)")
@@ -127,7 +132,7 @@ class FeedForward(nn.Module):
 
 def make_attention(cfg: ModelConfig) -> nn.Module:
     if cfg.attention == "standard":
-        return SelfAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cfg.identity_scaled)
+        return SelfAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cfg.identity_scaled, cfg.attn_impl)
     from .lego_attention import LegoAttention
 
     return LegoAttention(cfg)
@@ -142,22 +147,34 @@ class Block(nn.Module):
         self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
         self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
         self.drop = nn.Dropout(cfg.dropout)
+        self.conv = nn.Conv1d(cfg.d_model, cfg.d_model, cfg.conv, padding=cfg.conv // 2, groups=cfg.d_model) if cfg.conv else None
 
     def forward(self, x: torch.Tensor, ctx: Context, name: str, positions: torch.Tensor | None = None) -> torch.Tensor:
         """All tokens, or with ``positions`` (B, P) only the read-out tokens (B, P, d): a last
         block whose other outputs nobody reads needs queries, FFN and norms at P tokens only."""
+        a = self.norm1(x) if self.pre_norm else x
+        a = self._mix(a, ctx)
         if positions is None:
             if self.pre_norm:
-                x = x + self.drop(self.attn(self.norm1(x), ctx, f"{name}.attn"))
+                x = x + self.drop(self.attn(a, ctx, f"{name}.attn"))
                 return x + self.drop(self.ffn(self.norm2(x)))
-            x = self.norm1(x + self.drop(self.attn(x, ctx, f"{name}.attn")))
+            x = self.norm1(x + self.drop(self.attn(a, ctx, f"{name}.attn")))
             return self.norm2(x + self.drop(self.ffn(x)))
         picked = _gather(x, positions)
         if self.pre_norm:
-            y = picked + self.drop(self.attn(self.norm1(x), ctx, f"{name}.attn", positions))
+            y = picked + self.drop(self.attn(a, ctx, f"{name}.attn", positions))
             return y + self.drop(self.ffn(self.norm2(y)))
-        y = self.norm1(picked + self.drop(self.attn(x, ctx, f"{name}.attn", positions)))
+        y = self.norm1(picked + self.drop(self.attn(a, ctx, f"{name}.attn", positions)))
         return self.norm2(y + self.drop(self.ffn(y)))
+
+    def _mix(self, a: torch.Tensor, ctx: Context) -> torch.Tensor:
+        """The attention input plus its depthwise convolution (Canon-A): a free local read, so
+        one attention composition per chain step suffices."""
+        if self.conv is None:
+            return a
+        valid = ctx.valid()
+        ac = a if valid is None else a * valid
+        return a + self.conv(ac.transpose(1, 2)).transpose(1, 2)
 
 
 class Encoder(nn.Module):
@@ -211,7 +228,8 @@ class Encoder(nn.Module):
         return None if self.tied else self.cfg.n_layers
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None, depth: int | None = None,
-                cache: ActivationCache | None = None, key_padding: torch.Tensor | None = None) -> torch.Tensor:
+                cache: ActivationCache | None = None, key_padding: torch.Tensor | None = None,
+                scaffold: float = 0.0) -> torch.Tensor:
         """Logits (B, P, classes) at ``positions`` (B, P), or hidden states (B, T, d) without them.
 
         ``key_padding`` (B, T, True at padding) is only needed when a batch holds padding.
@@ -221,7 +239,7 @@ class Encoder(nn.Module):
             raise ValueError(f"depth {depth} is outside 1..{self.max_depth() or 'any'}")
         if tokens.shape[1] > self.cfg.max_len:
             raise ValueError(f"sequence length {tokens.shape[1]} exceeds max_len {self.cfg.max_len}")
-        ctx = Context(tokens, key_padding, cache, bos_id=self.special_ids[0], eos_id=self.special_ids[1])
+        ctx = Context(tokens, key_padding, cache, scaffold=scaffold, bos_id=self.special_ids[0], eos_id=self.special_ids[1])
         x = self.embed(tokens if self.input_map is None else self.input_map[tokens])
         if ctx.wants("blocks.0.hook_resid_pre"):
             cache["blocks.0.hook_resid_pre"] = x
@@ -241,6 +259,11 @@ class Encoder(nn.Module):
         if positions is None:
             return x
         return self.head(x if readout_only else _gather(x, positions))
+
+    def readout(self, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The classifier applied to any layer's residual stream (B, T, d) at ``positions``."""
+        h = _gather(hidden, positions)
+        return self.head(self.final_norm(h) if self.final_norm is not None else h)
 
     def run_with_cache(self, tokens, names, **kwargs) -> tuple[torch.Tensor, ActivationCache]:
         cache = ActivationCache(names)

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import Context, identity_scores
+from .attention import Context, _auto_impl, identity_scores
 
 HARD = ("association", "bos", "eos")
 
@@ -76,6 +76,7 @@ class LegoAttention(nn.Module):
         self.out = nn.Linear(self.n_total * dh, d)
         self.conv = nn.Conv1d(d, d, cfg.lego_kernel, padding=cfg.lego_kernel // 2, groups=d)
         self.attn_dropout = cfg.attn_dropout
+        self.impl = cfg.attn_impl
         self.identity_scaled = cfg.identity_scaled
         if self.identity_scaled:
             self.id_qk = nn.Parameter(torch.zeros(self.n_ordinary))
@@ -128,7 +129,8 @@ class LegoAttention(nn.Module):
             q, k, vo = self.qkv(x).view(B, T, 3, h, dh).permute(2, 0, 3, 1, 4)
             mask = ctx.attn_mask()
             p_drop = self.attn_dropout if self.training else 0.0
-            if not (want_pattern or self.identity_scaled):
+            impl = self.impl if self.impl != "auto" else _auto_impl(q)
+            if impl == "sdpa" and not (want_pattern or self.identity_scaled):
                 z = F.scaled_dot_product_attention(q, k, vo, attn_mask=mask, dropout_p=p_drop)
             else:
                 scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)

@@ -143,6 +143,17 @@ class LegoTask:
             out.steps[pad] = -1
             out.targets[pad] = 0
 
+    def operand_readouts(self, batch: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Intermediate read-outs at the operand tokens (position +3 of every clause): the value
+        of the operand variable x_{k-1} of clause k, with chain index k - 1 as its step (-1 for
+        the root clause, whose operand is the constant). These are the labels of the earlier
+        variables, read where the association head writes them."""
+        k = batch.steps.astype(np.int64)
+        prev = np.clip(k - 1, 0, None)
+        values = np.take_along_axis(batch.meta["values"].astype(np.int64), prev, 1)
+        steps = np.where(k >= 1, k - 1, -1)
+        return batch.positions.astype(np.int64) + 3, np.where(steps >= 0, values, 0), steps
+
     # ---- text -----------------------------------------------------------------------------
     def clauses(self, tokens) -> list[Clause]:
         """The clauses of one tokenised example, in sentence order."""

@@ -5,6 +5,7 @@ before any work with one line naming the key.
 
 from __future__ import annotations
 
+import math
 import types
 import typing
 from dataclasses import asdict, dataclass, field, fields
@@ -17,7 +18,7 @@ from ..models.encoder import ModelConfig
 from ..tasks import TASKS, task_config
 
 SCHEDULES = ("cosine", "linear", "constant")
-DTYPES = ("fp32", "bf16")
+DTYPES = ("auto", "fp32", "bf16")
 
 
 @dataclass
@@ -56,9 +57,25 @@ class TrainConfig:
     eval_depth: int = 0               # 0: model.n_layers
     # initialisation: random | a run directory or checkpoint file | hf:PATH | minilm
     init: str = "random"
+    # association guidance: an auxiliary loss pulling head 0 of every layer toward the association
+    # map (the mimicking objective), weight ``guide`` for guide_steps steps, then linearly to 0
+    # over as many again; afterwards the model trains on the task loss alone
+    guide: float = 0.0
+    guide_steps: int = 0
+    # deep supervision: the classifier also read after every earlier block, the mean of those
+    # losses weighted ``deep`` (0: off), so each value is computed as early as depth allows
+    deep: float = 0.0
+    # operand supervision (fresh data): also read the value of each clause's operand variable at
+    # its operand token, weighted aux_operand, for supervised chain indices only
+    aux_operand: float = 0.0
+    # association scaffold: + scaffold on head 0's attention scores where the key holds the
+    # query's token, for scaffold_steps steps, then linearly to 0 over as many again
+    scaffold: float = 0.0
+    scaffold_steps: int = 0
     # runtime
     device: str = "auto"              # auto | cpu | cuda | cuda:K
-    dtype: str = "fp32"               # fp32 | bf16 (autocast)
+    dtype: str = "fp32"               # fp32 | bf16 (autocast, fp32 weights and loss) | auto (bf16 where
+                                      # the device has bf16 matrix units, else fp32)
     compile: bool = False
     threads: int = 0                  # CPU threads per process; 0: all cores / processes
 
@@ -124,6 +141,24 @@ class TrainConfig:
             bad("depth_max", f"an untied model has only model.n_layers={model.n_layers} layers")
         if self.eval_depth < 0 or (self.eval_depth and not tied and self.eval_depth > model.n_layers):
             bad("eval_depth", f"must be between 1 and {model.n_layers} for an untied model (0: n_layers)")
+        if self.guide < 0:
+            bad("guide", "must be non-negative (0: off)")
+        if self.guide and self.guide_steps < 1:
+            bad("guide_steps", "association guidance (train.guide) needs a positive number of steps")
+        if self.guide and (model.attention != "standard" or model.n_heads < 2):
+            bad("guide", "guides head 0 of ordinary softmax attention: needs model.attention=standard and 2+ heads")
+        if self.deep < 0:
+            bad("deep", "must be non-negative (0: off)")
+        if self.aux_operand < 0:
+            bad("aux_operand", "must be non-negative (0: off)")
+        if self.aux_operand and self.train_size:
+            bad("train_size", "operand supervision (aux_operand) draws fresh sentences: set train_size to 0")
+        if self.scaffold < 0:
+            bad("scaffold", "must be non-negative (0: off)")
+        if self.scaffold and self.scaffold_steps < 1:
+            bad("scaffold_steps", "the association scaffold (train.scaffold) needs a positive number of steps")
+        if self.scaffold and model.attention != "standard":
+            bad("scaffold", "biases head 0 of ordinary softmax attention: needs model.attention=standard")
         if self.dtype not in DTYPES:
             bad("dtype", f"must be one of {', '.join(DTYPES)}")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
@@ -143,6 +178,13 @@ class TrainConfig:
             return int(np.random.default_rng([seed, step, 0x1E]).integers(self.n_min, n + 1))
         return n
 
+    def guide_weight(self, step: int) -> float:
+        """The guidance loss's weight at ``step``: guide, then a linear ramp to 0."""
+        return _ramp(self.guide, self.guide_steps, step)
+
+    def scaffold_bias(self, step: int) -> float:
+        return _ramp(self.scaffold, self.scaffold_steps, step)
+
     def steps_per_epoch(self) -> int:
         """Steps of one pass over the fixed training set; fresh data: eval_every."""
         return self.train_size // self.batch_size if self.train_size else self.eval_every
@@ -154,6 +196,13 @@ class TrainConfig:
         if self.supervise is not None:
             return sorted(set(self.supervise))
         return list(range(self.n_tr or n))
+
+
+def _ramp(value: float, steps: int, step: int) -> float:
+    """``value`` for ``steps`` steps, then linearly to 0 over as many again."""
+    if not value or step >= 2 * steps:
+        return 0.0
+    return value * min(1.0, 2.0 - step / steps)
 
 
 @dataclass
@@ -227,9 +276,12 @@ def _coerce(value, tp, key: str):
         return int(f)
     if tp is float:
         try:
-            return float(value)
+            f = float(value)
         except (TypeError, ValueError):
             raise ConfigError(f"{key}: expected a number, got {value!r}") from None
+        if not math.isfinite(f):
+            raise ConfigError(f"{key}: must be a finite number, got {value!r}")
+        return f
     if tp is str:
         if isinstance(value, (dict, list)):
             raise ConfigError(f"{key}: expected a string, got {value!r}")

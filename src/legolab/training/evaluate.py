@@ -10,7 +10,7 @@ from .data import TensorBatch
 
 @torch.no_grad()
 def evaluate(model, data: TensorBatch, num_steps: int, depth: int | None = None, batch_size: int = 1000,
-             device="cpu", reduce=None) -> dict:
+             device="cpu", reduce=None, autocast_dtype=None) -> dict:
     """Per-step accuracy and loss of ``model`` on ``data``.
 
     ``reduce`` sums the raw counts across data-parallel ranks (each holds a shard of ``data``).
@@ -20,7 +20,8 @@ def evaluate(model, data: TensorBatch, num_steps: int, depth: int | None = None,
     sums = torch.zeros(3, num_steps, dtype=torch.float64, device=device)  # correct, loss, count
     for lo in range(0, len(data), batch_size):
         b = data[lo:lo + batch_size].to(device)
-        logits = model(b.tokens, b.positions, depth=depth, key_padding=b.key_padding()).float()
+        with torch.autocast(torch.device(device).type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            logits = model(b.tokens, b.positions, depth=depth, key_padding=b.key_padding()).float()
         loss = F.cross_entropy(logits.flatten(0, 1), b.targets.flatten(), reduction="none")
         correct = (logits.argmax(-1) == b.targets).flatten()
         steps = b.steps.flatten()

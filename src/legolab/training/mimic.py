@@ -26,8 +26,8 @@ from ..models import build_model
 from ..tasks import make_task
 from .checkpoint import save_checkpoint
 from .config import RunConfig
+from .step import SMOOTH, association_target, kl_to_target
 
-SMOOTH = 1e-3
 BAND = (1.0, 2.0, 4.0, 2.0, 1.0)
 
 
@@ -38,20 +38,6 @@ def manipulation_target(T: int, device="cpu") -> torch.Tensor:
         t[offsets == off] = w
     t = t + SMOOTH
     return (t / t.sum(-1, keepdim=True)).to(device)
-
-
-def association_target(tokens: torch.Tensor) -> torch.Tensor:
-    T = tokens.shape[1]
-    t = (tokens[:, :, None] == tokens[:, None, :]).float()
-    t = t * (1 - torch.eye(T, device=tokens.device)) + SMOOTH
-    return t / t.sum(-1, keepdim=True)
-
-
-def kl_to_target(pattern: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Mean over rows and sentences of KL(p || target), p smoothed like the target."""
-    p = pattern + SMOOTH
-    p = p / p.sum(-1, keepdim=True)
-    return (p * (p.log() - target.log())).sum(-1).mean()
 
 
 def mimic_loss(model, tokens: torch.Tensor, depth: int | None = None) -> torch.Tensor:

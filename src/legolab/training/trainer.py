@@ -32,7 +32,7 @@ from .checkpoint import load_model_weights, model_weights, read_checkpoint, rest
 from .config import RunConfig, diff_configs, load_config
 from .data import TensorBatch, epoch_permutation, sample_depth
 from .evaluate import evaluate
-from .step import make_optimizer, make_train_step
+from .step import make_optimizer, make_train_step, resolve_dtype
 
 # Keys that may differ when resuming: they change where and how fast, not what is computed.
 RESUMABLE_CHANGES = ("train.threads",)
@@ -127,18 +127,21 @@ def initialise(model: Encoder, init: str, task) -> str:
 
 
 # ---- the loop -----------------------------------------------------------------------------
-def train(cfg: RunConfig, run_dir: str | Path, resume: bool = False, progress: bool | None = None) -> list[dict]:
-    """Train (or resume) the run in ``run_dir``; returns the metric records."""
+def train(cfg: RunConfig, run_dir: str | Path, resume: bool = False, progress: bool | None = None,
+          stop=None) -> list[dict]:
+    """Train (or resume) the run in ``run_dir``; returns the metric records. ``stop(record)``,
+    called after every evaluation, ends the run early when it returns true (a time-to-accuracy
+    benchmark's stopping rule); the last checkpoint is then at that evaluation."""
     run_dir = Path(run_dir)
     tc = cfg.train
     dist = Distributed(tc.device)
     try:
-        return _train(cfg, run_dir, resume, progress, dist)
+        return _train(cfg, run_dir, resume, progress, dist, stop)
     finally:
         dist.close()
 
 
-def _train(cfg: RunConfig, run_dir: Path, resume: bool, progress, dist: Distributed) -> list[dict]:
+def _train(cfg: RunConfig, run_dir: Path, resume: bool, progress, dist: Distributed, stop=None) -> list[dict]:
     tc, device = cfg.train, dist.device
     torch.set_num_threads(tc.threads or max(1, (os.cpu_count() or 1) // dist.world))
     torch.manual_seed(cfg.seed)
@@ -193,7 +196,9 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, progress, dist: Distribu
         from torch.nn.parallel import DistributedDataParallel
 
         wrapped = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    dtype = torch.bfloat16 if tc.dtype == "bf16" else None
+    dtype, dtype_note = resolve_dtype(tc.dtype, device)
+    if dtype_note and dist.main:
+        print(dtype_note, file=sys.stderr)
     train_step = make_train_step(wrapped, opt, compile=tc.compile, autocast_dtype=dtype)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, total, tc), last_epoch=step - 1)
 
@@ -214,18 +219,32 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, progress, dist: Distribu
         else:
             lo = step * tc.batch_size
             source = stage_task(tc.chain_length(step, n, cfg.seed))
-            batch = TensorBatch.from_batch(source.sample("train", range(lo + dist.rank * local, lo + (dist.rank + 1) * local)))
+            raw = source.sample("train", range(lo + dist.rank * local, lo + (dist.rank + 1) * local))
+            batch = TensorBatch.from_batch(raw)
             global_steps = None
         batch = batch.to(device)
         mask = (batch.steps >= 0) & supervised[batch.steps.clamp(min=0)]
+        aux = None
+        if tc.aux_operand:  # extra read-outs after the task's own; weights instead of a boolean mask
+            aux = [torch.from_numpy(a).to(device) for a in source.operand_readouts(raw)]
+            aux_mask = (aux[2] >= 0) & supervised[aux[2].clamp(min=0)]
         if dist.world > 1:  # every rank divides by the global count; DDP averages, so scale by world
             total_count = _global_count(global_steps, supervised) if global_steps is not None else _all_count(mask, dist)
             count = total_count / dist.world
         else:
             count = None
         depth = sample_depth(cfg.seed, step, tc.depth_min, tc.depth_max) if tc.depth_max else None
-        loss, logits = train_step(batch.tokens, batch.positions, batch.targets, mask, depth=depth, clip=tc.clip,
-                                  normaliser=count, key_padding=batch.key_padding() if variable_length else None)
+        positions, targets, weights = batch.positions, batch.targets, mask
+        if aux is not None:
+            P = positions.shape[1]
+            positions, targets = torch.cat([positions, aux[0]], 1), torch.cat([targets, aux[1]], 1)
+            weights = torch.cat([mask.float(), tc.aux_operand * aux_mask.float()], 1)
+            count = mask.sum().clamp(min=1) if count is None else count
+        loss, logits = train_step(batch.tokens, positions, targets, weights, depth=depth, clip=tc.clip,
+                                  normaliser=count, key_padding=batch.key_padding() if variable_length else None,
+                                  guide=tc.guide_weight(step), scaffold=tc.scaffold_bias(step), deep=tc.deep)
+        if aux is not None:
+            logits = logits[:, :P]
         sched.step()
         step += 1
         with torch.no_grad():
@@ -238,9 +257,13 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, progress, dist: Distribu
             elapsed += time.perf_counter() - t0
             dist.all_reduce(acc_sums)
             result = evaluate(model, test, n, depth=eval_depth, batch_size=tc.eval_batch_size, device=device,
-                              reduce=dist.all_reduce)
+                              reduce=dist.all_reduce, autocast_dtype=dtype)
             loss_sum, correct, count_sum = acc_sums.tolist()
             acc_sums.zero_()
+            if not math.isfinite(loss_sum):  # never save diverged weights over good ones
+                reporter.finish(records)
+                kept = f"the last good checkpoint is step {records[-1]['step']}" if records else "no checkpoint was written"
+                raise LegoError(f"{run_dir}: the training loss became non-finite before step {step}; {kept}")
             record = {
                 "step": step, "epoch": round(step / steps_per_epoch, 6), "sentences": step * tc.batch_size,
                 "time": round(elapsed, 3), "lr": sched.get_last_lr()[0],
@@ -262,6 +285,8 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, progress, dist: Distribu
                     save_checkpoint(run_dir / "checkpoints" / "best.safetensors", model, state, rng=False)
                 save_checkpoint(run_dir / "checkpoints" / "last.safetensors", model, state, opt)
             reporter.on_eval(record)
+            if stop is not None and stop(record):
+                break
             t0 = time.perf_counter()
     reporter.finish(records)
     return records
@@ -365,7 +390,8 @@ class Reporter:
 
 
 # ---- entry points used by the CLI ----------------------------------------------------------
-def start_or_resume(config_path, overrides, runs_root="runs", resume_dir=None, name=None, progress=None) -> list[dict]:
+def start_or_resume(config_path, overrides, runs_root="runs", resume_dir=None, name=None, progress=None,
+                    stop=None) -> list[dict]:
     if resume_dir is not None:
         run_dir = Path(resume_dir)
         saved_path = run_dir / "config.yaml"
@@ -382,7 +408,7 @@ def start_or_resume(config_path, overrides, runs_root="runs", resume_dir=None, n
                                 f"{f' and {len(changes) - 1} more' if len(changes) > 1 else ''}); "
                                 "resume with the same config or start a new run")
             saved.train.threads = asked.train.threads
-        return train(saved, run_dir, resume=True, progress=progress)
+        return train(saved, run_dir, resume=True, progress=progress, stop=stop)
     cfg = load_config(config_path, overrides)
     if name:
         cfg.name = name
@@ -391,4 +417,4 @@ def start_or_resume(config_path, overrides, runs_root="runs", resume_dir=None, n
     # every rank checks before the process group forms, so none can see rank 0's new files
     if (run_dir / "config.yaml").exists():
         raise LegoError(f"{run_dir} already exists: resume it with --resume {run_dir}, or choose another --name")
-    return train(cfg, run_dir, resume=False, progress=progress)
+    return train(cfg, run_dir, resume=False, progress=progress, stop=stop)
