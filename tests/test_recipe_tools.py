@@ -193,3 +193,14 @@ def test_the_cpu_recipe_runs_a_few_steps(tmp_path):
     assert cfg.model.conv == 7 and cfg.train.scaffold and cfg.train.guide and cfg.train.deep and cfg.train.aux_operand
     records = trainer.train(cfg, tmp_path / "r", progress=False)
     assert len(records) == 2
+
+
+def test_every_cpu_figure_resolves_to_valid_configs(monkeypatch):
+    from pathlib import Path
+
+    from legolab.reproduce import FIGURES, runs_for
+
+    monkeypatch.chdir(Path(__file__).parents[1])
+    for fig in FIGURES:
+        for _, run in runs_for(fig, "cpu", 1, None):
+            load_config(run.config, run.overrides)  # raises ConfigError on any invalid combination

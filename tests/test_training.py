@@ -24,10 +24,15 @@ def test_tiny_task_is_learned_in_seconds(tiny_config, tmp_path):
     assert records[0]["test_acc"] < records[-1]["test_acc"]
 
 
-def test_resume_after_a_kill_gives_exactly_the_uninterrupted_metrics(tiny_config, tmp_path, monkeypatch):
-    # dropout on, so the restored RNG state matters; stochastic depth on a tied model, so depth draws do
-    path = tiny_config(model={"arch": "albert", "n_layers": 3, "d_model": 32, "n_heads": 2, "dropout": 0.1},
-                       train={"steps": 60, "eval_every": 20, "depth_min": 1, "depth_max": 4, "eval_depth": 3})
+@pytest.mark.parametrize("recipe", [False, True], ids=["plain", "cpu-recipe-aids"])
+def test_resume_after_a_kill_gives_exactly_the_uninterrupted_metrics(tiny_config, tmp_path, monkeypatch, recipe):
+    # dropout on, so the restored RNG state matters; stochastic depth on a tied model, so depth draws do;
+    # the CPU recipe's aids follow schedules of the step, which resume must pick up mid-ramp
+    aids = {"scaffold": 8.0, "scaffold_steps": 20, "guide": 1.0, "guide_steps": 20, "deep": 1.0,
+            "aux_operand": 1.0} if recipe else {}
+    path = tiny_config(model={"arch": "albert", "n_layers": 3, "d_model": 32, "n_heads": 2, "dropout": 0.1,
+                              "conv": 7 if recipe else 0},
+                       train={"steps": 60, "eval_every": 20, "depth_min": 1, "depth_max": 4, "eval_depth": 3, **aids})
     cfg = load_config(path)
     full = trainer.train(cfg, tmp_path / "full", progress=False)
 
