@@ -43,7 +43,7 @@ def first_pass(records: list[dict], i: int, threshold: float):
 
 def run_candidate(name: str, spec: str, seed: int, args, root: Path) -> dict:
     path, *overrides = shlex.split(spec)
-    overrides = [*overrides, f"seed={seed}", *(f"train.threads={args.threads}" for _ in [0] if args.threads)]
+    overrides += [f"seed={seed}"] + ([f"train.threads={args.threads}"] if args.threads else [])
     cfg = load_config(path, overrides)
     cfg.name = f"{name.replace('/', '-')}-s{seed}"
     supervised = cfg.train.supervised_steps(cfg.task_config().n)

@@ -38,6 +38,13 @@ class ActivationCache(dict):
         return name in self._exact or any(self._match(name, p) for p in self._patterns)
 
 
+def same_token_mask(tokens: torch.Tensor) -> torch.Tensor:
+    """(B, T, T) bool, True where position j != i holds position i's token (the association map's
+    support: LEGO attention, the scaffold and the mimicking target all start from it)."""
+    T = tokens.shape[1]
+    return (tokens[:, :, None] == tokens[:, None, :]) & ~torch.eye(T, dtype=torch.bool, device=tokens.device)
+
+
 @dataclass
 class Context:
     """What every layer of one forward pass shares."""
@@ -65,9 +72,7 @@ class Context:
     def same_token(self) -> torch.Tensor:
         """(B, T, T) float, 1 where position j != i holds position i's token."""
         if "same_token" not in self.shared:
-            t = self.tokens
-            same = (t[:, :, None] == t[:, None, :]) & ~torch.eye(t.shape[1], dtype=torch.bool, device=t.device)
-            self.shared["same_token"] = same.float()
+            self.shared["same_token"] = same_token_mask(self.tokens).float()
         return self.shared["same_token"]
 
     def attn_mask(self) -> torch.Tensor | None:

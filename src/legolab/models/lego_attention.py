@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import Context, _auto_impl, identity_scores
+from .attention import Context, _auto_impl, identity_scores, same_token_mask
 
 HARD = ("association", "bos", "eos")
 
@@ -54,7 +54,7 @@ def hard_maps_dense(tokens: torch.Tensor, bos_id: int, eos_id: int, key_padding=
     Rows with nothing to attend to (a token occurring once) are zero."""
     B, T = tokens.shape
     valid = torch.ones_like(tokens, dtype=torch.bool) if key_padding is None else ~key_padding
-    same = (tokens[:, :, None] == tokens[:, None, :]) & ~torch.eye(T, dtype=torch.bool, device=tokens.device)
+    same = same_token_mask(tokens)
     same &= valid[:, :, None] & valid[:, None, :]
     maps = []
     for m in (same, (tokens == bos_id)[:, None, :].expand(B, T, T), (tokens == eos_id)[:, None, :].expand(B, T, T)):
@@ -95,7 +95,7 @@ class LegoAttention(nn.Module):
                 "inv_partners": torch.where(partners > 0, 1.0 / partners.clamp(min=1), 0.0).unsqueeze(-1),
                 "bos": _column_weights(tokens == ctx.bos_id),
                 "eos": _column_weights(tokens == ctx.eos_id),
-                "valid": None if pad is None else (~pad).unsqueeze(-1).float(),
+                "valid": ctx.valid(),
             }
         return ctx.shared["lego"]
 

@@ -69,7 +69,8 @@ def make_train_step(model: nn.Module, opt: torch.optim.Optimizer, compile: bool 
             if guide or deep or scaffold:  # eager: a compiled graph would be rebuilt for every ramp value
                 from ..models.attention import ActivationCache
 
-                cache = ActivationCache([SCORES] * bool(guide) + [RESIDUALS] * bool(deep))
+                names = [SCORES] * bool(guide) + [RESIDUALS] * bool(deep)
+                cache = ActivationCache(names) if names else None  # none: keep the read-out-only last block
                 logits = model(tokens, positions, depth=depth, key_padding=key_padding, cache=cache, scaffold=scaffold)
             else:
                 logits = forward(tokens, positions, depth=depth, key_padding=key_padding)
@@ -91,7 +92,6 @@ def make_train_step(model: nn.Module, opt: torch.optim.Optimizer, compile: bool 
     return step
 
 
-PATTERNS = "blocks.*.attn.hook_pattern"
 SCORES = "blocks.*.attn.hook_attn_scores"
 RESIDUALS = "blocks.*.hook_resid_post"
 SMOOTH = 1e-3
@@ -100,9 +100,9 @@ SMOOTH = 1e-3
 def association_target(tokens: torch.Tensor) -> torch.Tensor:
     """(B, T, T): each position's attention spread evenly over the other positions holding its
     token (the paper's association map), smoothed by 1e-3 so that a unique token's row is uniform."""
-    T = tokens.shape[1]
-    t = (tokens[:, :, None] == tokens[:, None, :]).float()
-    t = t * (1 - torch.eye(T, device=tokens.device)) + SMOOTH
+    from ..models.attention import same_token_mask
+
+    t = same_token_mask(tokens).float() + SMOOTH
     return t / t.sum(-1, keepdim=True)
 
 
