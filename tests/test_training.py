@@ -41,7 +41,7 @@ def test_resume_after_a_kill_gives_exactly_the_uninterrupted_metrics(tiny_config
 
     def killed_on_third(*a, **k):
         calls["n"] += 1
-        if calls["n"] == 3:  # 20 steps past the last checkpoint, before saving
+        if calls["n"] == 5:  # third evaluation (test, then validation each): 20 steps past the last checkpoint
             raise KeyboardInterrupt
         return real(*a, **k)
 

@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from .errors import LegoError
+from .errors import Interrupted, LegoError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,29 +32,46 @@ def cmd_tasks(args) -> int:
     return 0
 
 
+def _check_non_negative(args, *names: str, positive: tuple[str, ...] = ()) -> None:
+    for name in names + positive:
+        value = getattr(args, name)
+        if value is not None and (value < 0 or (name in positive and value == 0)):
+            flag = "--" + name.replace("_", "-")
+            raise LegoError(f"{flag}: must be {'positive' if name in positive else 'non-negative'}, got {value}")
+    if getattr(args, "seed", None) is not None and args.seed >= 2**32:
+        raise LegoError(f"--seed: must be below 2**32, got {args.seed}")
+
+
+def cmd_configs(args) -> int:
+    from .training.config import shipped_configs
+
+    print("shipped configs (legolab train NAME [key=value ...]):")
+    for name, path in shipped_configs().items():
+        first = next((line[1:].strip() for line in path.read_text().splitlines() if line.startswith("#")), "")
+        print(f"  {name:18s} {first if len(first) <= 90 else first[:87] + '...'}")
+    return 0
+
+
 def cmd_generate(args) -> int:
     import numpy as np
 
-    from .io import write_text
+    from .io import atomic_path
     from .tasks import LegoTask, task_config
     from .tasks.lego_text import format_sentence
 
-    if args.count < 0 or args.start < 0:
-        raise LegoError("--count and --start must be non-negative")
+    _check_non_negative(args, "count", "start", "seed")
     task = LegoTask(task_config("lego", group=args.group, n=args.n, n_vars=args.n_vars, n_min=args.n_min), seed=args.seed)
     if args.notation == "code" and task.group.names != ("+", "-"):
         raise LegoError("--notation code (val/not) is only defined for the sign group")
-    lines = []
-    chunk = 10_000
-    for lo in range(args.start, args.start + args.count, chunk):
-        hi = min(lo + chunk, args.start + args.count)
+
+    def lines(lo: int, hi: int):
         batch = task.sample(args.split, np.arange(lo, hi))
         for i in range(len(batch)):
             clauses = task.clauses(batch.tokens[i])
             answers = task.answers(batch, i)
             if args.format == "jsonl":
                 m = len(clauses)
-                lines.append(json.dumps({
+                yield json.dumps({
                     "index": lo + i,
                     "sentence": format_sentence(clauses, args.notation),
                     "chain": [v for v, _ in answers],
@@ -63,26 +80,62 @@ def cmd_generate(args) -> int:
                     "positions": batch.positions[i, :m].tolist(),
                     "ops": [task.group.names[g] for g in batch.meta["ops"][i, :m]],
                     "tokens": batch.tokens[i].tolist(),
-                }))
+                }) + "\n"
             else:
-                lines.append(format_sentence(clauses, args.notation) + "\t" + " ".join(f"{v}:{x}" for v, x in answers))
-    text = "".join(line + "\n" for line in lines)
+                yield format_sentence(clauses, args.notation) + "\t" + " ".join(f"{v}:{x}" for v, x in answers) + "\n"
+
+    def write(out) -> None:
+        """Chunk by chunk: constant memory however large --count is; a bar on a terminal."""
+        from rich.progress import Progress
+
+        chunk, end = 10_000, args.start + args.count
+        with Progress(disable=not sys.stderr.isatty() or args.count <= chunk, transient=True) as bar:
+            job = bar.add_task("generating", total=args.count)
+            for lo in range(args.start, end, chunk):
+                out.write("".join(lines(lo, min(lo + chunk, end))))
+                bar.update(job, advance=min(chunk, end - lo))
+
     if args.out:
-        write_text(args.out, text)
+        from pathlib import Path
+
+        if Path(args.out).is_dir():
+            raise LegoError(f"--out {args.out}: is a directory; give a file name")
+        with atomic_path(args.out) as tmp, open(tmp, "w") as f:
+            write(f)
         print(f"wrote {args.count} sentences to {args.out}", file=sys.stderr)
     else:
-        sys.stdout.write(text)
+        write(sys.stdout)
     return 0
 
 
 def cmd_solve(args) -> int:
+    """One sentence as the argument: its chain, one variable per line. ``-``: one sentence per
+    stdin line (text after a tab is ignored, so ``generate`` output feeds back), answered in
+    ``generate``'s text format."""
+    from .errors import ParseError
     from .groups import get_group
-    from .tasks.lego_text import parse_sentence, solve
+    from .tasks.lego_text import format_sentence, parse_sentence, solve
 
     group = get_group(args.group)
-    text = sys.stdin.read() if args.sentence == "-" else args.sentence
-    for step, (var, value) in enumerate(solve(parse_sentence(text, group), group)):
-        print(f"#{step} {var} = {group.value_names[value]}")
+    if args.sentence != "-":
+        for step, (var, value) in enumerate(solve(parse_sentence(args.sentence, group), group)):
+            print(f"#{step} {var} = {group.value_names[value]}")
+        return 0
+    out = []
+    for number, line in enumerate(sys.stdin, 1):
+        sentence = line.split("\t", 1)[0].strip()
+        if not sentence:
+            continue
+        try:
+            clauses = parse_sentence(sentence, group)
+            chain = solve(clauses, group)
+        except ParseError as e:
+            raise ParseError(f"line {number}: {e}") from None
+        out.append(format_sentence(clauses) + "\t" + " ".join(f"{v}:{group.value_names[x]}" for v, x in chain) + "\n")
+        if len(out) >= 10_000:
+            sys.stdout.write("".join(out))
+            out.clear()
+    sys.stdout.write("".join(out))
     return 0
 
 
@@ -103,9 +156,9 @@ def cmd_demo(args) -> int:
             text = format_sentence(task.clauses(batch.tokens[i]))
             chain = solve(parse_sentence(text, get_group(group)), task.group)
             print(f"  {text:50s} -> " + " ".join(f"{v}={task.group.value_names[x]}" for v, x in chain))
-    config = Path(args.config)
-    if not config.is_file():
-        raise LegoError(f"demo: {config} not found (run the demo from the repository root)")
+    from .training.config import config_path
+
+    config = config_path(args.config)
     run_dir = Path(args.runs) / "demo"
     if run_dir.exists():
         shutil.rmtree(run_dir)  # the demo always starts afresh
@@ -141,7 +194,7 @@ def cmd_train(args) -> int:
 
     config, overrides = _split_config_args(args.config)
     if config is None and args.resume is None:
-        raise LegoError("give a config file (for example configs/cpu/bert.yaml) or --resume RUN")
+        raise LegoError("give a config file (a file, or a shipped config such as cpu/bert: `legolab configs` lists them) or --resume RUN")
     if args.init:
         overrides.append(f"train.init={args.init}")
     start_or_resume(config, overrides, runs_root=args.runs, resume_dir=args.resume, name=args.name,
@@ -157,6 +210,7 @@ def cmd_eval(args) -> int:
     from .training.evaluate import evaluate
     from .training.runs import load_run
 
+    _check_non_negative(args, "seed", "threads", positive=("count",))
     cfg, task, model = load_run(args.run, args.checkpoint)
     values = {k: v for k, v in cfg.task.items() if k != "name"}
     if args.n is not None:
@@ -215,6 +269,7 @@ def cmd_analyze_attention(args) -> int:
     from .io import write_json
     from .training.runs import load_source
 
+    _check_non_negative(args, "seed", "threads", "window", positive=("count",))
     cfg, task, model = load_source(args.source, args.checkpoint, args.group, args.n, args.seed)
     torch.set_num_threads(args.threads or torch.get_num_threads())
     depth = args.depth or (cfg.train.eval_depth if cfg else 0) or model.cfg.n_layers
@@ -265,6 +320,7 @@ def cmd_analyze_probe(args) -> int:
     from .io import write_json
     from .training.runs import load_source
 
+    _check_non_negative(args, "seed", "threads", positive=("train", "test"))
     cfg, task, model = load_source(args.source, args.checkpoint, args.group, args.n, args.seed)
     torch.set_num_threads(args.threads or torch.get_num_threads())
     depth = args.depth or (cfg.train.eval_depth if cfg else 0) or model.cfg.n_layers
@@ -289,7 +345,7 @@ def cmd_mimic(args) -> int:
 
     config, overrides = _split_config_args(args.config)
     if config is None:
-        raise LegoError("give a config file for the model to initialise (for example configs/cpu/bert.yaml)")
+        raise LegoError("give a config file for the model to initialise (a file, or a shipped config such as cpu/bert)")
     cfg = load_config(config, overrides)
     name = args.name or f"mimic-{cfg.name}"
     out = Path(args.runs) / name
@@ -313,6 +369,7 @@ def cmd_flops(args) -> int:
         raise LegoError(f"--seq: expected comma-separated lengths, got {args.seq!r}") from None
     if min(seqs) < 4 or args.batch < 1:
         raise LegoError("--seq and --batch must be positive (sequences of at least 4 tokens)")
+    _check_non_negative(args, "threads", "latency_batch")
     attentions = ["bert", "lego-v0", "lego-v1"] if args.attention == "all" else [args.attention]
     torch.set_num_threads(args.threads or torch.get_num_threads())
     rows = report(args.model, attentions, args.batch, seqs, args.latency_batch, args.latency_max_seq)
@@ -377,6 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("tasks", help="list tasks and groups")
     s.set_defaults(func=cmd_tasks)
+
+    s = sub.add_parser("configs", help="list the configs shipped with legolab (usable by name: cpu/bert)")
+    s.set_defaults(func=cmd_configs)
 
     s = sub.add_parser("generate", help="print or write LEGO sentences with answers and chain indices")
     s.add_argument("--group", default="sign", help="sign|z2 (Task 1), d3 (Task 2), zK, dK, sK or a Cayley-table file")
@@ -484,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_reproduce)
 
     s = sub.add_parser("demo", help="show the task and train the CPU recipe until it learns the chain")
-    s.add_argument("--config", default="configs/cpu/bert.yaml")
+    s.add_argument("--config", default="cpu/bert", help="a config file or a shipped config's name")
     s.add_argument("--steps", type=int, default=0, help="step budget (default: the config's)")
     s.add_argument("--runs", default="runs")
     s.set_defaults(func=cmd_demo)
@@ -510,9 +570,19 @@ def main(argv: list[str] | None = None) -> int:
     except LegoError as e:
         print(f"legolab: error: {e}", file=sys.stderr)
         return 2
+    except Interrupted as e:
+        print(f"legolab: {e}", file=sys.stderr)
+        return 128 + e.signum
     except KeyboardInterrupt:
         print("legolab: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        print("legolab: error: out of memory: ask for fewer sentences or a smaller batch", file=sys.stderr)
+        return 2
+    except OSError as e:  # a path that cannot be read or written: say which, not how deep it failed
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"legolab: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -11,3 +11,11 @@ class ConfigError(LegoError):
 
 class ParseError(LegoError):
     """A sentence that is not a valid LEGO sentence."""
+
+
+class Interrupted(Exception):
+    """A run stopped by SIGINT or SIGTERM after saving a checkpoint; exit status 128 + signal."""
+
+    def __init__(self, signum: int, message: str):
+        super().__init__(message)
+        self.signum = signum

@@ -16,13 +16,25 @@ os.umask(_UMASK)
 @contextmanager
 def atomic_path(path: str | Path):
     """Yield a temporary path beside ``path``; on success it replaces ``path`` in one rename."""
+    from .errors import LegoError
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.is_dir():
+        raise LegoError(f"{path}: is a directory; give a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise LegoError(f"{path}: cannot be written ({e.strerror or e})") from None
     os.close(fd)
     try:
         yield Path(tmp)
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file ordinary permissions
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the bytes reach the disk before the name points at them
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -43,10 +55,23 @@ def write_jsonl(path: str | Path, records: list[dict]) -> None:
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
+    """The records of a JSON-lines file; a line that is not a JSON object is one clear error."""
+    from .errors import LegoError
+
     records = []
     if not Path(path).exists():
         return records
-    for line in Path(path).read_text().splitlines():
+    try:
+        text = Path(path).read_text()
+    except (UnicodeDecodeError, OSError) as e:
+        raise LegoError(f"{path}: cannot be read as text ({e.__class__.__name__})") from None
+    for i, line in enumerate(text.splitlines(), 1):
         if line.strip():
-            records.append(json.loads(line))
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                record = None
+            if not isinstance(record, dict):
+                raise LegoError(f"{path}, line {i}: not a JSON record (a cut or appended line?)")
+            records.append(record)
     return records

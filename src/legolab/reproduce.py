@@ -34,7 +34,7 @@ class Figure:
 
 
 def _cfg(scale: str, stem: str) -> str:
-    return f"configs/{scale}/{stem}.yaml"
+    return f"{scale}/{stem}"  # a shipped config (training/config.py: config_path)
 
 
 SHORTCUT = "train.supervise=[0,1,2,3,4,11]"
@@ -108,23 +108,33 @@ def _finished(run_dir: Path) -> bool:
 
 
 def ensure_run(run: Run, runs_root: Path, log, mimic_steps: int = MIMIC_STEPS) -> Path:
-    from .training.config import load_config
-    from .training.trainer import start_or_resume
+    """Train, resume or reuse one run. A run directory of the same name is reused only if its
+    config is the one asked for; otherwise reproduce refuses, naming the difference."""
+    from .training.config import diff_configs, load_config
+    from .training.runs import run_config
+    from .training.trainer import RESUMABLE_CHANGES, start_or_resume
 
     run_dir = runs_root / run.name
+    overrides = list(run.overrides)
+    mimic_dir = runs_root / f"{run.name}-mimic-init"
+    if run.mimic:
+        overrides.append(f"train.init={mimic_dir}")
+    asked = load_config(run.config, overrides + [f"name={run.name}"])
+    if (run_dir / "config.yaml").is_file():
+        changes = diff_configs(run_config(run_dir), asked, ignore=RESUMABLE_CHANGES)
+        if changes:
+            raise LegoError(f"{run_dir} holds a run of another config ({'; '.join(changes[:3])}"
+                            f"{f'; {len(changes) - 3} more' if len(changes) > 3 else ''}): move it away, "
+                            "or give reproduce another --runs directory")
     if _finished(run_dir):
         log(f"{run.name}: done, reused")
         return run_dir
-    overrides = list(run.overrides)
-    if run.mimic:
+    if run.mimic and not (mimic_dir / "checkpoints" / "last.safetensors").is_file():
         from .training.mimic import mimic
 
-        mimic_dir = runs_root / f"{run.name}-mimic-init"
-        if not (mimic_dir / "checkpoints" / "last.safetensors").is_file():
-            if mimic_dir.exists():
-                shutil.rmtree(mimic_dir)
-            mimic(load_config(run.config, overrides), mimic_dir, steps=mimic_steps, batch_size=32, log=log)
-        overrides.append(f"train.init={mimic_dir}")
+        if mimic_dir.exists():
+            shutil.rmtree(mimic_dir)
+        mimic(load_config(run.config, run.overrides), mimic_dir, steps=mimic_steps, batch_size=32, log=log)
     if (run_dir / "checkpoints" / "last.safetensors").is_file():
         log(f"{run.name}: resuming")
         threads = [o for o in overrides if o.startswith("train.threads=")]  # the one change a resume may make
@@ -276,7 +286,7 @@ def _finish_analysis(fig, scale, seeds, root, out, pretrained, log, threads=0) -
             name = f"{scale}-pretrain-{att}"
             run_dir = root / name
             records = read_jsonl(run_dir / "metrics.jsonl")
-            run = load_pretrain_config(f"configs/{scale}/pretrain.yaml", [f"model.attention={att}", f"name={name}"]
+            run = load_pretrain_config(f"{scale}/pretrain", [f"model.attention={att}", f"name={name}"]
                                        + ([f"pretrain.threads={threads}"] if threads else []))
             if not records or records[-1]["step"] < run.pretrain.steps:
                 pretrain(run, run_dir, resume=(run_dir / "checkpoints" / "last.safetensors").is_file(), log=log)

@@ -46,10 +46,11 @@ class LegoConfig:
     n_min: int | None = None   # if set, each sentence has a uniform length in [n_min, n] (padded)
 
     def validate(self) -> None:
-        if not isinstance(self.n, int) or self.n < 1:
-            raise ConfigError(f"task.n: must be a positive integer, got {self.n!r}")
+        if not isinstance(self.n, int) or not 1 <= self.n <= MAX_VARS:
+            raise ConfigError(f"task.n: must be an integer between 1 and {MAX_VARS} (one variable per clause), "
+                              f"got {self.n!r}")
         if not isinstance(self.n_vars, int) or not self.n <= self.n_vars <= MAX_VARS:
-            raise ConfigError(f"task.n_vars: must be between n={self.n} and {MAX_VARS}, got {self.n_vars!r}")
+            raise ConfigError(f"task.n_vars: must be between task.n={self.n} and {MAX_VARS}, got {self.n_vars!r}")
         if self.n_min is not None and not (isinstance(self.n_min, int) and 1 <= self.n_min <= self.n):
             raise ConfigError(f"task.n_min: must be between 1 and n={self.n}, got {self.n_min!r}")
         get_group(self.group)

@@ -46,8 +46,14 @@ def format_sentence(clauses: list[Clause], style: str = "paper") -> str:
     return " ".join(format_clause(c) + ";" for c in clauses)
 
 
+def _q(text: str, limit: int = 40) -> str:
+    """A piece of the input, quoted and cut: an error line never echoes a huge input back."""
+    text = text.strip()
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
 def _clause_error(i: int, text: str, why: str) -> ParseError:
-    return ParseError(f"clause {i + 1} {text.strip()!r}: {why}")
+    return ParseError(f"clause {i + 1} {_q(text)}: {why}")
 
 
 def _split_rhs(rhs: str, group: Group, i: int, text: str) -> tuple[str, str]:
@@ -56,7 +62,7 @@ def _split_rhs(rhs: str, group: Group, i: int, text: str) -> tuple[str, str]:
     if len(parts) == 2:
         op, operand = parts
         if op not in group.names:
-            raise _clause_error(i, text, f"unknown group element {op!r} ({group.name} has {', '.join(group.names)})")
+            raise _clause_error(i, text, f"unknown group element {_q(op)} ({group.name} has {', '.join(group.names)})")
         return op, operand
     if len(parts) != 1:
         raise _clause_error(i, text, "expected 'variable = element operand'")
@@ -66,14 +72,14 @@ def _split_rhs(rhs: str, group: Group, i: int, text: str) -> tuple[str, str]:
     if len(splits) == 1:
         return splits[0]
     if len(splits) > 1:
-        raise _clause_error(i, text, f"ambiguous right-hand side {word!r}: put a space between the element and the operand")
+        raise _clause_error(i, text, f"ambiguous right-hand side {_q(word)}: put a space between the element and the operand")
     # Say which half is wrong.
     for name in sorted(group.names, key=len, reverse=True):
         if word.startswith(name):
             rest = word[len(name):]
-            raise _clause_error(i, text, f"unknown token {rest!r}: the operand must be a variable or {ROOT_TOKEN}" if rest
+            raise _clause_error(i, text, f"unknown token {_q(rest)}: the operand must be a variable or {ROOT_TOKEN}" if rest
                                 else "missing operand after the group element")
-    raise _clause_error(i, text, f"unknown group element at the start of {word!r} ({group.name} has {', '.join(group.names)})")
+    raise _clause_error(i, text, f"unknown group element at the start of {_q(word)} ({group.name} has {', '.join(group.names)})")
 
 
 def parse_sentence(text: str, group: Group) -> list[Clause]:
@@ -92,7 +98,7 @@ def parse_sentence(text: str, group: Group) -> list[Clause]:
         if not lhs:
             raise _clause_error(i, piece, "missing variable before '='")
         if not VARIABLE_NAME.match(lhs):
-            raise _clause_error(i, piece, f"unknown token {lhs!r}: a variable name is lowercase letters, digits and _")
+            raise _clause_error(i, piece, f"unknown token {_q(lhs)}: a variable name is lowercase letters, digits and _")
         if not rhs:
             raise _clause_error(i, piece, "missing right-hand side after '='")
         if code:
@@ -106,7 +112,7 @@ def parse_sentence(text: str, group: Group) -> list[Clause]:
         else:
             op, operand = _split_rhs(rhs, group, i, piece)
         if operand != ROOT_TOKEN and not VARIABLE_NAME.match(operand):
-            raise _clause_error(i, piece, f"unknown token {operand!r}: the operand must be a variable or {ROOT_TOKEN}")
+            raise _clause_error(i, piece, f"unknown token {_q(operand)}: the operand must be a variable or {ROOT_TOKEN}")
         clauses.append(Clause(lhs, op, operand))
     return clauses
 
@@ -123,19 +129,19 @@ def solve(clauses: list[Clause], group: Group) -> list[tuple[str, int]]:
     roots = []
     for i, c in enumerate(clauses):
         if c.op not in group.names:
-            raise ParseError(f"clause {i + 1} '{format_clause(c)}': unknown group element {c.op!r}")
+            raise ParseError(f"clause {i + 1} {_q(format_clause(c))}: unknown group element {_q(c.op)}")
         if c.lhs in assigned:
-            raise ParseError(f"clause {i + 1} '{format_clause(c)}': variable {c.lhs!r} is assigned twice "
+            raise ParseError(f"clause {i + 1} {_q(format_clause(c))}: variable {_q(c.lhs)} is assigned twice "
                              f"(also in clause {assigned[c.lhs] + 1})")
         assigned[c.lhs] = i
     for i, c in enumerate(clauses):
         if c.operand == ROOT_TOKEN:
             roots.append(i)
         elif c.operand not in assigned:
-            raise ParseError(f"clause {i + 1} '{format_clause(c)}': variable {c.operand!r} is used but never assigned")
+            raise ParseError(f"clause {i + 1} {_q(format_clause(c))}: variable {_q(c.operand)} is used but never assigned")
         elif c.operand in used_by:
             j = used_by[c.operand]
-            raise ParseError(f"clause {i + 1} '{format_clause(c)}': variable {c.operand!r} is also used in clause "
+            raise ParseError(f"clause {i + 1} {_q(format_clause(c))}: variable {_q(c.operand)} is also used in clause "
                              f"{j + 1}; a LEGO sentence is a single chain")
         else:
             used_by[c.operand] = i
@@ -160,6 +166,6 @@ def solve(clauses: list[Clause], group: Group) -> list[tuple[str, int]]:
             j = assigned[clauses[j].operand]
             cycle.append(clauses[j].lhs)
         cycle.append(clauses[start].lhs)
-        raise ParseError(f"clause {start + 1} '{format_clause(clauses[start])}': cycle "
-                         f"{' <- '.join(cycle)} is not connected to the root")
+        raise ParseError(f"clause {start + 1} {_q(format_clause(clauses[start]))}: cycle "
+                         f"{_q(' <- '.join(cycle), 80)[1:-1]} is not connected to the root")
     return out

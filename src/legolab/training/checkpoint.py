@@ -2,12 +2,14 @@
 
 Tensors are the model's weights (``model.<name>``), the optimiser's state (``optim.<i>.<key>``)
 and the RNG state (``rng.<device>``); the safetensors header's metadata holds a JSON ``state``
-(step, scheduler, optimiser hyper-parameters, best score, config). ``model.*`` alone is what
-``--init`` reads.
+(step, scheduler, optimiser hyper-parameters, best score, config) and ``sha256``, a digest of
+every tensor's name, dtype, shape and bytes, verified on load: a flipped byte is refused, never
+silently loaded. ``model.*`` alone is what ``--init`` reads.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -33,7 +35,16 @@ def save_checkpoint(path: str | Path, model: torch.nn.Module, state: dict, optim
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             tensors["rng.cuda"] = torch.cuda.get_rng_state()
     with atomic_path(path) as tmp:
-        save_file(tensors, str(tmp), metadata={"legolab": json.dumps(meta)})
+        save_file(tensors, str(tmp), metadata={"legolab": json.dumps(meta), "sha256": tensor_digest(tensors)})
+
+
+def tensor_digest(tensors: dict[str, torch.Tensor]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().contiguous().cpu()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
 
 
 def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
@@ -45,9 +56,14 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
         from safetensors import safe_open
 
         with safe_open(str(path), "pt") as f:
-            meta = json.loads((f.metadata() or {}).get("legolab", "{}"))
-    except (SafetensorError, OSError, json.JSONDecodeError, ValueError) as e:
-        raise LegoError(f"{str(path)!r} is not a readable legolab checkpoint ({e})") from None
+            header = f.metadata() or {}
+        meta = json.loads(header.get("legolab", "{}"))
+        if not isinstance(meta, dict):
+            raise ValueError("its legolab metadata is not a mapping")
+    except (SafetensorError, OSError, json.JSONDecodeError, ValueError, RuntimeError) as e:
+        raise LegoError(f"{str(path)!r} is not a readable legolab checkpoint ({str(e).splitlines()[0][:200]})") from None
+    if "sha256" in header and header["sha256"] != tensor_digest(tensors):
+        raise LegoError(f"{str(path)!r} is corrupted: its tensors do not match the checksum stored when it was written")
     return tensors, meta
 
 
@@ -78,7 +94,10 @@ def restore_training_state(tensors: dict, meta: dict, optimizer, device) -> None
         if k.startswith("optim."):
             _, i, key = k.split(".", 2)
             state.setdefault(int(i), {})[key] = v.to(device) if key != "step" else v
-    optimizer.load_state_dict({"state": state, "param_groups": meta["optimizer_param_groups"]})
-    torch.set_rng_state(tensors["rng.cpu"])
+    try:
+        optimizer.load_state_dict({"state": state, "param_groups": meta["optimizer_param_groups"]})
+        torch.set_rng_state(tensors["rng.cpu"])
+    except (KeyError, ValueError, RuntimeError) as e:
+        raise LegoError(f"the checkpoint's optimiser or RNG state does not fit this run ({str(e).splitlines()[0][:200]})") from None
     if "rng.cuda" in tensors and torch.cuda.is_available():
         torch.cuda.set_rng_state(tensors["rng.cuda"])

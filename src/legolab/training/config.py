@@ -19,6 +19,7 @@ from ..tasks import TASKS, task_config
 
 SCHEDULES = ("cosine", "linear", "constant")
 DTYPES = ("auto", "fp32", "bf16")
+LOGS = ("text", "tensorboard")
 
 
 @dataclass
@@ -30,6 +31,9 @@ class TrainConfig:
     # a fixed test set. Unset: the paper's 10^4 * n and 10^3 * n.
     train_size: int | None = None
     test_size: int | None = None
+    # a validation stream (its own split) that chooses the "best" checkpoint; test is only reported.
+    # Unset: min(test_size, 1000)
+    valid_size: int | None = None
     # curriculum over chain length (fresh data): stage i trains curriculum_steps[i] steps on
     # sentences of curriculum_n[i] clauses, then training continues on task.n
     curriculum_n: list[int] | None = None
@@ -78,6 +82,7 @@ class TrainConfig:
                                       # the device has bf16 matrix units, else fp32)
     compile: bool = False
     threads: int = 0                  # CPU threads per process; 0: all cores / processes
+    log: str = "text"                 # text (train.log in the run directory) | tensorboard (also events)
 
     def validate(self, n: int, model: ModelConfig) -> None:
         def bad(key, why):
@@ -91,11 +96,13 @@ class TrainConfig:
         for key in ("batch_size", "eval_batch_size"):
             if getattr(self, key) < 1:
                 bad(key, "must be a positive integer")
-        for key in ("train_size", "epochs", "steps", "eval_every", "test_size", "threads"):
+        for key in ("train_size", "epochs", "steps", "eval_every", "test_size", "valid_size", "threads"):
             if getattr(self, key) < 0:
                 bad(key, "must be non-negative")
         if self.test_size < 1:
             bad("test_size", "must be positive")
+        if self.valid_size < 1:
+            bad("valid_size", "must be positive")
         if self.steps == 0 and self.epochs == 0:
             bad("epochs", "one of train.epochs and train.steps must be positive")
         if 0 < self.train_size < self.batch_size:
@@ -159,6 +166,8 @@ class TrainConfig:
             bad("scaffold_steps", "the association scaffold (train.scaffold) needs a positive number of steps")
         if self.scaffold and model.attention != "standard":
             bad("scaffold", "biases head 0 of ordinary softmax attention: needs model.attention=standard")
+        if self.log not in LOGS:
+            bad("log", f"must be one of {', '.join(LOGS)}")
         if self.dtype not in DTYPES:
             bad("dtype", f"must be one of {', '.join(DTYPES)}")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
@@ -220,13 +229,15 @@ class RunConfig:
     def validate(self) -> None:
         if not self.name or "/" in self.name or self.name.startswith("."):
             raise ConfigError(f"name: must be a plain directory name, got {self.name!r}")
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise ConfigError(f"seed: must be a non-negative integer, got {self.seed!r}")
+        if not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
+            raise ConfigError(f"seed: must be an integer in 0..2**32-1, got {self.seed!r}")
         tc = self.task_config()
         if self.train.train_size is None:
             self.train.train_size = 10_000 * tc.n
         if self.train.test_size is None:
             self.train.test_size = 1_000 * tc.n
+        if self.train.valid_size is None:
+            self.train.valid_size = min(self.train.test_size, 1000)
         self.model.validate()
         self.train.validate(tc.n, self.model)
         if 2 + 5 * tc.n > self.model.max_len:
@@ -352,18 +363,55 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
+SHIPPED = Path(__file__).resolve().parent.parent / "configs"
+
+
+def shipped_configs() -> dict[str, Path]:
+    """The configs inside the package, by name: ``cpu/bert`` -> .../legolab/configs/cpu/bert.yaml."""
+    return {str(p.relative_to(SHIPPED).with_suffix("")): p for p in sorted(SHIPPED.glob("*/*.yaml"))}
+
+
+def config_path(name: str | Path) -> Path:
+    """A config file: a path that exists, else a name (``cpu/bert``, or ``configs/cpu/bert.yaml``
+    run from anywhere) looked up in ./configs/ (a project's own configs come first), then among
+    the configs shipped in the package."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    key = str(name).removesuffix(".yaml").removeprefix("configs/")
+    local = Path("configs") / f"{key}.yaml"
+    if local.is_file():
+        return local
+    shipped = shipped_configs()
+    if key in shipped:
+        return shipped[key]
+    raise ConfigError(f"config {str(name)!r}: no such file and no shipped config of that name "
+                      f"(shipped: {', '.join(shipped)}; `legolab configs` lists them)")
+
+
+def read_config_file(name: str | Path) -> dict:
+    """The mapping in a config file (path or shipped name), its name defaulting to the file's."""
+    path = config_path(name)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {str(path)!r}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except (UnicodeDecodeError, OSError) as e:
+        raise ConfigError(f"config file {str(path)!r}: cannot be read as text ({e.__class__.__name__})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r}: expected a mapping with sections task, model, train, "
+                          f"got a YAML {type(data).__name__}")
+    data.setdefault("name", path.stem)
+    return data
+
+
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
-    data = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {str(path)!r}: not valid YAML ({str(e).splitlines()[0]})") from None
-        data.setdefault("name", path.stem)
-    return config_from_dict(apply_overrides(data, list(overrides)))
+    data = read_config_file(path) if path is not None else {}
+    cfg = config_from_dict(apply_overrides(data, list(overrides)))
+    if cfg.train.steps and any(o.split("=", 1)[0].strip() == "train.epochs" for o in overrides):
+        raise ConfigError(f"train.epochs: has no effect while train.steps={cfg.train.steps} is set; "
+                          "add train.steps=0 to train by epochs")
+    return cfg
 
 
 def diff_configs(a: RunConfig, b: RunConfig, ignore: tuple[str, ...] = ()) -> list[str]:

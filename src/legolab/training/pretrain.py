@@ -34,7 +34,7 @@ from ..errors import ConfigError, LegoError
 from ..io import read_jsonl, write_jsonl, write_text
 from ..models import Encoder, ModelConfig
 from .checkpoint import load_model_weights, model_weights, read_checkpoint, restore_training_state, save_checkpoint
-from .config import _build, apply_overrides
+from .config import _build, apply_overrides, read_config_file
 from .step import make_optimizer
 
 CLS, SEP, MASK, PAD = 101, 102, 103, 0
@@ -105,12 +105,7 @@ class PretrainRun:
 
 
 def load_pretrain_config(path, overrides) -> PretrainRun:
-    data = {}
-    if path:
-        if not Path(path).is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
-        data = yaml.safe_load(Path(path).read_text()) or {}
-        data.setdefault("name", Path(path).stem)
+    data = read_config_file(path) if path else {}
     return PretrainRun.from_dict(apply_overrides(data, list(overrides)))
 
 

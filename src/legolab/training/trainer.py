@@ -18,24 +18,27 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
 import torch
 
-from ..errors import LegoError
+from ..errors import Interrupted, LegoError
 from ..io import read_jsonl, write_jsonl, write_text
 from ..models import Encoder, build_model
 from ..tasks import make_task
 from .checkpoint import load_model_weights, model_weights, read_checkpoint, restore_training_state, save_checkpoint
-from .config import RunConfig, diff_configs, load_config
+from .config import RunConfig, config_from_dict, diff_configs, load_config
 from .data import TensorBatch, epoch_permutation, sample_depth
 from .evaluate import evaluate
+from .rundir import RunDir, _refuse_existing
 from .step import make_optimizer, make_train_step, resolve_dtype
 
 # Keys that may differ when resuming: they change where and how fast, not what is computed.
-RESUMABLE_CHANGES = ("train.threads",)
+RESUMABLE_CHANGES = ("train.threads", "train.log")
 
 
 # ---- set-up helpers -----------------------------------------------------------------------
@@ -131,17 +134,32 @@ def train(cfg: RunConfig, run_dir: str | Path, resume: bool = False, progress: b
           stop=None) -> list[dict]:
     """Train (or resume) the run in ``run_dir``; returns the metric records. ``stop(record)``,
     called after every evaluation, ends the run early when it returns true (a time-to-accuracy
-    benchmark's stopping rule); the last checkpoint is then at that evaluation."""
+    benchmark's stopping rule); the last checkpoint is then at that evaluation.
+
+    A new run is built under a temporary name and appears as ``run_dir`` once it has started, so
+    a start that fails leaves nothing behind; the directory stays locked while the run lives.
+    SIGINT and SIGTERM end the run with a checkpoint at the current step (``Interrupted``)."""
     run_dir = Path(run_dir)
-    tc = cfg.train
-    dist = Distributed(tc.device)
+    main_rank = int(os.environ.get("RANK", "0")) == 0
+    rd = (RunDir.resume(run_dir) if resume else RunDir.create(run_dir)) if main_rank else None
     try:
-        return _train(cfg, run_dir, resume, progress, dist, stop)
+        dist = Distributed(cfg.train.device)
+        try:
+            with _Signals() as signals:
+                return _train(cfg, rd, run_dir, resume, progress, dist, stop, signals)
+        finally:
+            dist.close()
+    except BaseException:
+        if rd is not None:
+            rd.discard()  # removes the directory only if it was never published
+        raise
     finally:
-        dist.close()
+        if rd is not None:
+            rd.close()
 
 
-def _train(cfg: RunConfig, run_dir: Path, resume: bool, progress, dist: Distributed, stop=None) -> list[dict]:
+def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progress, dist: Distributed, stop,
+           signals) -> list[dict]:
     tc, device = cfg.train, dist.device
     torch.set_num_threads(tc.threads or max(1, (os.cpu_count() or 1) // dist.world))
     torch.manual_seed(cfg.seed)
@@ -151,13 +169,26 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, progress, dist: Distribu
     task_cfg = cfg.task_config()
     task = make_task(cfg.task.get("name", "lego"), task_cfg, seed=cfg.seed)
     n = task.num_steps
+    check_memory(cfg, task, device)
     model = build_model(cfg.model, task).to(device)
     init_note = initialise(model, tc.init, task) if not resume else "resumed"
     opt = make_optimizer(model, tc.lr, tc.weight_decay, (tc.beta1, tc.beta2))
 
-    # data: the test set is sharded across ranks; a fixed training set lives on every rank
-    test = TensorBatch.from_batch(task.sample("test", range(tc.test_size)))[dist.rank::dist.world]
-    fixed = TensorBatch.from_batch(task.sample("train", range(tc.train_size)), device) if tc.train_size else None
+    # data: test (reported) and validation (selects "best") sets, sharded across ranks; a fixed
+    # training set lives on every rank. Training sentences that also occur in either held-out set
+    # get no supervision (their read-outs are dropped) and are counted in the records.
+    test_raw, valid_raw = task.sample("test", range(tc.test_size)), task.sample("valid", range(tc.valid_size))
+    held_out = {row.tobytes() for row in test_raw.tokens} | {row.tobytes() for row in valid_raw.tokens}
+    test = TensorBatch.from_batch(test_raw)[dist.rank::dist.world]
+    valid = TensorBatch.from_batch(valid_raw)[dist.rank::dist.world]
+    del test_raw, valid_raw
+    fixed, fixed_held = None, None
+    if tc.train_size:
+        raw = task.sample("train", range(tc.train_size))
+        fixed_held = torch.from_numpy(_rows_in(raw.tokens, held_out))
+        raw.steps[fixed_held.numpy()] = -1
+        fixed = TensorBatch.from_batch(raw, device)
+        del raw
     steps_per_epoch, total = tc.steps_per_epoch(), tc.total_steps()
     eval_every = tc.eval_every or steps_per_epoch
     supervised = torch.zeros(n, dtype=torch.bool)
@@ -176,20 +207,32 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, progress, dist: Distribu
         return stages[k]
 
     # state: fresh, or the last checkpoint
-    step, records, best, elapsed = 0, [], None, 0.0
+    step, records, best, elapsed, overlap = 0, [], None, 0.0, 0
+    acc_sums = torch.zeros(4, device=device)  # loss sum, correct, count over supervised read-outs; overlap
     if resume:
         ckpt = run_dir / "checkpoints" / "last.safetensors"
         if not ckpt.is_file():
             raise LegoError(f"{run_dir}: nothing to resume, no checkpoint yet (checkpoints/last.safetensors)")
         tensors, meta = read_checkpoint(ckpt)
+        if "optimizer_param_groups" not in meta or "step" not in meta:
+            raise LegoError(f"{ckpt}: holds no training state (a best or weights-only checkpoint?); cannot resume from it")
+        _check_same_config(cfg, meta.get("config"), ckpt)
         load_model_weights(model, model_weights(tensors), str(ckpt))
         restore_training_state(tensors, meta, opt, device)
         step, best, elapsed = meta["step"], meta.get("best"), meta.get("elapsed", 0.0)
-        records = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["step"] <= step]
+        overlap = meta.get("overlap", 0)
+        if "acc_sums" in meta:  # an interrupt between evaluations
+            acc_sums += torch.tensor(meta["acc_sums"], device=device)
+        records = meta["records"] if "records" in meta else _records_up_to(run_dir / "metrics.jsonl", step)
+        if dist.main:  # the checkpoint is the truth: a cut or extended metrics file is repaired
+            write_jsonl(rd / "metrics.jsonl", records)
     elif dist.main:
-        (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-        write_text(run_dir / "config.yaml", cfg.to_yaml())
-        write_jsonl(run_dir / "metrics.jsonl", [])
+        write_text(rd / "config.yaml", cfg.to_yaml())
+        write_jsonl(rd / "metrics.jsonl", [])
+        # a step-0 checkpoint, then the name: from here on the run can be resumed
+        save_checkpoint(rd / "checkpoints" / "last.safetensors", model,
+                        {"step": 0, "best": None, "elapsed": 0.0, "overlap": 0, "config": cfg.to_dict(), "records": []}, opt)
+        rd.publish()
 
     wrapped = model
     if dist.world > 1:
@@ -202,94 +245,217 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, progress, dist: Distribu
     train_step = make_train_step(wrapped, opt, compile=tc.compile, autocast_dtype=dtype)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, total, tc), last_epoch=step - 1)
 
-    reporter = Reporter(cfg, model, total, supervised.cpu(), init_note, dist.main, progress, step, records)
-    acc_sums = torch.zeros(3, device=device)  # loss sum, correct, count over supervised read-outs
+    reporter = Reporter(cfg, model, total, supervised.cpu(), init_note, dist.main, progress, step, records, rd)
     local = tc.batch_size // dist.world
     t0 = time.perf_counter()
     order, order_epoch = None, -1
-    while step < total:
-        # the global batch of this step, then this rank's slice of it
-        if fixed is not None:
-            epoch, within = divmod(step, steps_per_epoch)
-            if epoch != order_epoch:
-                order, order_epoch = epoch_permutation(cfg.seed, epoch, len(fixed)).to(device), epoch
-            idx = order[within * tc.batch_size:(within + 1) * tc.batch_size]
-            batch = fixed[idx[dist.rank * local:(dist.rank + 1) * local]]
-            global_steps = fixed.steps[idx]
-        else:
-            lo = step * tc.batch_size
-            source = stage_task(tc.chain_length(step, n, cfg.seed))
-            raw = source.sample("train", range(lo + dist.rank * local, lo + (dist.rank + 1) * local))
-            batch = TensorBatch.from_batch(raw)
-            global_steps = None
-        batch = batch.to(device)
-        mask = (batch.steps >= 0) & supervised[batch.steps.clamp(min=0)]
-        aux = None
-        if tc.aux_operand:  # extra read-outs after the task's own; weights instead of a boolean mask
-            aux = [torch.from_numpy(a).to(device) for a in source.operand_readouts(raw)]
-            aux_mask = (aux[2] >= 0) & supervised[aux[2].clamp(min=0)]
-        if dist.world > 1:  # every rank divides by the global count; DDP averages, so scale by world
-            total_count = _global_count(global_steps, supervised) if global_steps is not None else _all_count(mask, dist)
-            count = total_count / dist.world
-        else:
-            count = None
-        depth = sample_depth(cfg.seed, step, tc.depth_min, tc.depth_max) if tc.depth_max else None
-        positions, targets, weights = batch.positions, batch.targets, mask
-        if aux is not None:
-            P = positions.shape[1]
-            positions, targets = torch.cat([positions, aux[0]], 1), torch.cat([targets, aux[1]], 1)
-            weights = torch.cat([mask.float(), tc.aux_operand * aux_mask.float()], 1)
-            count = mask.sum().clamp(min=1) if count is None else count
-        loss, logits = train_step(batch.tokens, positions, targets, weights, depth=depth, clip=tc.clip,
-                                  normaliser=count, key_padding=batch.key_padding() if variable_length else None,
-                                  guide=tc.guide_weight(step), scaffold=tc.scaffold_bias(step), deep=tc.deep)
-        if aux is not None:
-            logits = logits[:, :P]
-        sched.step()
-        step += 1
-        with torch.no_grad():
-            m = mask.sum()
-            acc_sums += torch.stack([loss * (m if count is None else count),  # this rank's loss sum
-                                     ((logits.argmax(-1) == batch.targets) & mask).sum(), m.float()])
-        reporter.on_step(step, float(loss) if reporter.live else None)
 
-        if step % eval_every == 0 or step == total:
-            elapsed += time.perf_counter() - t0
-            dist.all_reduce(acc_sums)
-            result = evaluate(model, test, n, depth=eval_depth, batch_size=tc.eval_batch_size, device=device,
-                              reduce=dist.all_reduce, autocast_dtype=dtype)
-            loss_sum, correct, count_sum = acc_sums.tolist()
-            acc_sums.zero_()
-            if not math.isfinite(loss_sum):  # never save diverged weights over good ones
-                reporter.finish(records)
-                kept = f"the last good checkpoint is step {records[-1]['step']}" if records else "no checkpoint was written"
-                raise LegoError(f"{run_dir}: the training loss became non-finite before step {step}; {kept}")
-            record = {
-                "step": step, "epoch": round(step / steps_per_epoch, 6), "sentences": step * tc.batch_size,
-                "time": round(elapsed, 3), "lr": sched.get_last_lr()[0],
-                "train_loss": loss_sum / max(count_sum, 1),
-                "train_acc": correct / max(count_sum, 1),
-                "test_acc": result["acc"], "test_loss": result["loss"],
-                "test_acc_supervised": _mean([a for a, s in zip(result["acc_per_step"], supervised.tolist()) if s]),
-                "test_acc_per_step": result["acc_per_step"], "test_loss_per_step": result["loss_per_step"],
-            }
-            records.append(record)
-            is_best = best is None or record["test_acc_supervised"] > best
-            if is_best:
-                best = record["test_acc_supervised"]
-            if dist.main:
-                # metrics first: a kill in between leaves a record past the checkpoint, which resume drops
-                write_jsonl(run_dir / "metrics.jsonl", records)
-                state = {"step": step, "best": best, "elapsed": elapsed, "config": cfg.to_dict()}
+    def save(kind: str, state: dict) -> None:
+        if kind == "best":
+            save_checkpoint(rd / "checkpoints" / "best.safetensors", model, state, rng=False)
+        else:
+            save_checkpoint(rd / "checkpoints" / "last.safetensors", model, {**state, "records": records}, opt)
+
+    try:
+        while step < total:
+            # the global batch of this step, then this rank's slice of it
+            if fixed is not None:
+                epoch, within = divmod(step, steps_per_epoch)
+                if epoch != order_epoch:
+                    order, order_epoch = epoch_permutation(cfg.seed, epoch, len(fixed)).to(device), epoch
+                idx = order[within * tc.batch_size:(within + 1) * tc.batch_size]
+                mine = idx[dist.rank * local:(dist.rank + 1) * local]
+                batch = fixed[mine]
+                held = fixed_held[mine.cpu()]
+                global_steps = fixed.steps[idx]
+            else:
+                lo = step * tc.batch_size
+                source = stage_task(tc.chain_length(step, n, cfg.seed))
+                raw = source.sample("train", range(lo + dist.rank * local, lo + (dist.rank + 1) * local))
+                held = torch.from_numpy(_rows_in(raw.tokens, held_out))
+                if held.any():
+                    raw.steps[held.numpy()] = -1
+                batch = TensorBatch.from_batch(raw)
+                global_steps = None
+            batch = batch.to(device)
+            mask = (batch.steps >= 0) & supervised[batch.steps.clamp(min=0)]
+            aux = None
+            if tc.aux_operand:  # extra read-outs after the task's own; weights instead of a boolean mask
+                aux = [torch.from_numpy(a).to(device) for a in source.operand_readouts(raw)]
+                aux[2][held.to(device)] = -1
+                aux_mask = (aux[2] >= 0) & supervised[aux[2].clamp(min=0)]
+            if dist.world > 1:  # every rank divides by the global count; DDP averages, so scale by world
+                total_count = _global_count(global_steps, supervised) if global_steps is not None else _all_count(mask, dist)
+                count = total_count / dist.world
+            else:
+                count = None
+            depth = sample_depth(cfg.seed, step, tc.depth_min, tc.depth_max) if tc.depth_max else None
+            positions, targets, weights = batch.positions, batch.targets, mask
+            if aux is not None:
+                P = positions.shape[1]
+                positions, targets = torch.cat([positions, aux[0]], 1), torch.cat([targets, aux[1]], 1)
+                weights = torch.cat([mask.float(), tc.aux_operand * aux_mask.float()], 1)
+                count = mask.sum().clamp(min=1) if count is None else count
+            loss, logits = train_step(batch.tokens, positions, targets, weights, depth=depth, clip=tc.clip,
+                                      normaliser=count, key_padding=batch.key_padding() if variable_length else None,
+                                      guide=tc.guide_weight(step), scaffold=tc.scaffold_bias(step), deep=tc.deep)
+            if aux is not None:
+                logits = logits[:, :P]
+            sched.step()
+            step += 1
+            with torch.no_grad():
+                m = mask.sum()
+                acc_sums += torch.stack([loss * (m if count is None else count),  # this rank's loss sum
+                                         ((logits.argmax(-1) == batch.targets) & mask).sum(), m.float(),
+                                         held.sum().to(device).float()])
+            reporter.on_step(step, float(loss) if reporter.live else None)
+
+            if step % eval_every == 0 or step == total:
+                elapsed += time.perf_counter() - t0
+                dist.all_reduce(acc_sums)
+                result = evaluate(model, test, n, depth=eval_depth, batch_size=tc.eval_batch_size, device=device,
+                                  reduce=dist.all_reduce, autocast_dtype=dtype)
+                held_result = evaluate(model, valid, n, depth=eval_depth, batch_size=tc.eval_batch_size, device=device,
+                                       reduce=dist.all_reduce, autocast_dtype=dtype)
+                loss_sum, correct, count_sum, new_overlap = acc_sums.tolist()
+                acc_sums.zero_()
+                if not math.isfinite(loss_sum):  # never save diverged weights over good ones
+                    kept = f"the last good checkpoint is step {records[-1]['step']}" if records else "no checkpoint was written"
+                    raise LegoError(f"{run_dir}: the training loss became non-finite before step {step}; {kept}")
+                overlap += int(new_overlap)
+                record = {
+                    "step": step, "epoch": round(step / steps_per_epoch, 6), "sentences": step * tc.batch_size,
+                    "time": round(elapsed, 3), "lr": sched.get_last_lr()[0],
+                    "train_loss": loss_sum / max(count_sum, 1),
+                    "train_acc": correct / max(count_sum, 1),
+                    "train_overlap": overlap,
+                    "valid_acc": held_result["acc"],
+                    "valid_acc_supervised": _supervised_mean(held_result, supervised),
+                    "test_acc": result["acc"], "test_loss": result["loss"],
+                    "test_acc_supervised": _supervised_mean(result, supervised),
+                    "test_acc_per_step": result["acc_per_step"], "test_loss_per_step": result["loss_per_step"],
+                }
+                records.append(record)
+                is_best = best is None or record["valid_acc_supervised"] > best
                 if is_best:
-                    save_checkpoint(run_dir / "checkpoints" / "best.safetensors", model, state, rng=False)
-                save_checkpoint(run_dir / "checkpoints" / "last.safetensors", model, state, opt)
-            reporter.on_eval(record)
-            if stop is not None and stop(record):
-                break
-            t0 = time.perf_counter()
+                    best = record["valid_acc_supervised"]
+                if dist.main:
+                    # metrics first: a kill in between leaves a record past the checkpoint, which resume drops
+                    write_jsonl(rd / "metrics.jsonl", records)
+                    state = {"step": step, "best": best, "elapsed": elapsed, "overlap": overlap, "config": cfg.to_dict()}
+                    if is_best:
+                        save("best", state)
+                    save("last", state)
+                reporter.on_eval(record)
+                if stop is not None and stop(record):
+                    break
+                t0 = time.perf_counter()
+            elif signals.caught_by_any(dist):
+                elapsed += time.perf_counter() - t0
+                if dist.main:
+                    save("last", {"step": step, "best": best, "elapsed": elapsed, "overlap": overlap,
+                                  "config": cfg.to_dict(), "acc_sums": acc_sums.tolist()})
+                reporter.finish(records)
+                raise Interrupted(signals.caught, f"{run_dir}: stopped at step {step:,} of {total:,} "
+                                  f"({signal.Signals(signals.caught).name}), checkpoint saved; continue with: "
+                                  f"legolab train --resume {run_dir}")
+    finally:
+        reporter.close()
     reporter.finish(records)
     return records
+
+
+def _supervised_mean(result: dict, supervised: torch.Tensor):
+    return _mean([a for a, s in zip(result["acc_per_step"], supervised.tolist()) if s])
+
+
+def _rows_in(tokens, rows: set) -> "np.ndarray":
+    """Which rows of a token array also occur in ``rows`` (a set of row bytes)."""
+    import numpy as np
+
+    return np.fromiter((r.tobytes() in rows for r in tokens), dtype=bool, count=len(tokens))
+
+
+def _records_up_to(path: Path, step: int) -> list[dict]:
+    """Metric records of a checkpoint that predates records in checkpoints."""
+    return [r for r in read_jsonl(path) if r.get("step", 0) <= step]
+
+
+def _check_same_config(cfg: RunConfig, saved: dict | None, ckpt: Path) -> None:
+    """config.yaml must still be the config the checkpoint was trained with."""
+    if saved is None:
+        return
+    try:
+        trained = config_from_dict(saved)
+    except LegoError as e:
+        raise LegoError(f"{ckpt}: the config stored in the checkpoint is not valid here ({e})") from None
+    changes = diff_configs(trained, cfg, ignore=RESUMABLE_CHANGES)
+    if changes:
+        raise LegoError(f"{ckpt.parent.parent}/config.yaml differs from the config its checkpoint was trained with "
+                        f"({'; '.join(changes)}); restore it or start a new run")
+
+
+def check_memory(cfg: RunConfig, task, device) -> None:
+    """Refuse sizes this machine cannot hold, before any is allocated (a rough upper estimate)."""
+    tc, mc = cfg.train, cfg.model
+    one = task.sample("test", range(1))
+    per_sentence = one.tokens.nbytes + 3 * 8 * one.positions.size
+    T, available = one.tokens.shape[1], available_memory()
+    needs = {
+        "test_size": 2 * per_sentence * tc.test_size,
+        "valid_size": 2 * per_sentence * tc.valid_size,
+        "train_size": 3 * per_sentence * tc.train_size,
+    }
+    if device.type == "cpu":  # activations kept for backward: ~16 d-wide and 3 T-wide tensors per layer
+        layer = tc.batch_size * T * (16 * mc.d_model + 3 * mc.n_heads * T) * 4
+        needs["batch_size"] = layer * max(mc.n_layers, tc.depth_max, tc.eval_depth) + tc.batch_size * 4 * per_sentence
+        needs["eval_batch_size"] = tc.eval_batch_size * T * (4 * mc.d_model + 2 * mc.n_heads * T) * 4
+    for key, need in needs.items():
+        if need > available:
+            raise LegoError(f"train.{key}: {getattr(tc, key):,} sentences need about {need / 2**30:,.1f} GiB of memory, "
+                            f"this machine has {available / 2**30:,.1f} GiB available")
+
+
+def available_memory() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+class _Signals:
+    """SIGINT / SIGTERM set a flag the loop checks after each step (a second SIGINT interrupts at
+    once). Only in the main thread, where Python delivers signals."""
+
+    def __init__(self):
+        self.caught, self._old = None, {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                self._old[s] = signal.signal(s, self._on)
+        return self
+
+    def _on(self, signum, frame):
+        if self.caught is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.caught = signum
+
+    def caught_by_any(self, dist: Distributed) -> bool:
+        if dist.world == 1:
+            return self.caught is not None
+        flag = torch.tensor([0.0 if self.caught is None else float(self.caught)], device=dist.device)
+        dist.all_reduce(flag)  # every rank stops at the same step
+        if flag.item() and self.caught is None:
+            self.caught = signal.SIGTERM
+        return bool(flag.item())
+
+    def __exit__(self, *exc):
+        for s, old in self._old.items():
+            signal.signal(s, old)
 
 
 def _global_count(global_steps: torch.Tensor, supervised: torch.Tensor) -> torch.Tensor:
@@ -313,21 +479,30 @@ class Reporter:
     """A progress bar with the live per-variable test accuracy (a line per evaluation when the
     output is not a terminal), and a table at the end. Silent on ranks other than 0."""
 
-    def __init__(self, cfg, model, total, supervised, init_note, main, progress, step, records):
+    def __init__(self, cfg, model, total, supervised, init_note, main, progress, step, records, rd=None):
         from rich.console import Console
 
-        self.cfg, self.total, self.supervised = cfg, total, supervised
+        self.cfg, self.total, self.supervised, self.rd = cfg, total, supervised, rd
         self.console = Console(stderr=True)
         self.main = main
         self.live = main and (progress if progress is not None else self.console.is_terminal)
         self.progress = None
+        self.tensorboard = None
         if not main:
             return
         n_params = model.num_parameters()
-        self.console.print(f"[bold]{cfg.name}[/]: {cfg.model.arch} {cfg.model.n_layers}x{cfg.model.d_model}, "
-                           f"{cfg.model.n_heads} heads, {n_params:,} parameters "
-                           f"({model.num_parameters(exclude_embeddings=True):,} without embeddings); "
-                           f"{total:,} steps of {cfg.train.batch_size}; {init_note}")
+        header = (f"{cfg.name}: {cfg.model.arch} {cfg.model.n_layers}x{cfg.model.d_model}, "
+                  f"{cfg.model.n_heads} heads, {n_params:,} parameters "
+                  f"({model.num_parameters(exclude_embeddings=True):,} without embeddings); "
+                  f"{total:,} steps of {cfg.train.batch_size}; {init_note}")
+        self.console.print(f"[bold]{cfg.name}[/]{header[len(cfg.name):]}")
+        self._log(("resumed at step " + f"{step:,}: " if step else "") + header)
+        if cfg.train.log == "tensorboard":
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise LegoError("train.log=tensorboard needs the tensorboard package: pip install 'legolab[tensorboard]'") from None
+            self.tensorboard = SummaryWriter(str(rd.work / "tensorboard"), purge_step=step + 1 if step else None)
         if self.live:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -337,6 +512,10 @@ class Reporter:
             last = records[-1]["test_acc_per_step"] if records else None
             self.task = self.progress.add_task("train", total=total, completed=step, acc=self._acc_text(last))
             self.progress.start()
+
+    def _log(self, line: str) -> None:
+        if self.rd is not None:
+            self.rd.log(line)
 
     def _acc_text(self, accs) -> str:
         if not accs:
@@ -357,36 +536,56 @@ class Reporter:
     def on_eval(self, r: dict) -> None:
         if not self.main:
             return
+        accs = " ".join("  -" if a is None else f"{round(100 * a):3d}" for a in r["test_acc_per_step"])
+        line = (f"step {r['step']:>7d}  epoch {r['epoch']:7.2f}  {r['time']:7.1f}s  train_acc {r['train_acc']:.3f}  "
+                f"valid_acc {r['valid_acc']:.3f}  test_acc {r['test_acc']:.3f}  per variable % {accs}")
+        self._log(line)
+        if self.tensorboard is not None:
+            w, step = self.tensorboard, r["step"]
+            for key in ("train_loss", "train_acc", "valid_acc", "test_acc", "test_loss", "lr"):
+                w.add_scalar(key, r[key], step)
+            for i, a in enumerate(r["test_acc_per_step"]):
+                if a is not None:
+                    w.add_scalar(f"test_acc_per_variable/{i}", a, step)
+            w.flush()
         if self.progress is not None:
             self.progress.update(self.task, acc=self._acc_text(r["test_acc_per_step"]))
         else:
-            accs = " ".join("  -" if a is None else f"{round(100 * a):3d}" for a in r["test_acc_per_step"])
-            print(f"step {r['step']:>7d}  epoch {r['epoch']:7.2f}  {r['time']:7.1f}s  train_acc {r['train_acc']:.3f}  "
-                  f"test_acc {r['test_acc']:.3f}  per variable % {accs}", file=sys.stderr, flush=True)
+            print(line, file=sys.stderr, flush=True)
 
-    def finish(self, records) -> None:
-        if not self.main:
-            return
+    def close(self) -> None:
+        """Stop the live bar (restoring the cursor) and the TensorBoard writer; idempotent."""
         if self.progress is not None:
             self.progress.stop()
-        if not records:
+            self.progress = None
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+            self.tensorboard = None
+
+    def finish(self, records) -> None:
+        """The final table: last evaluation, and test accuracy where validation accuracy was best."""
+        self.close()
+        if not self.main or not records:
             return
         from rich.table import Table
 
         last = records[-1]
-        best = max(records, key=lambda r: r["test_acc_supervised"] or 0)
+        best = max(records, key=lambda r: r.get("valid_acc_supervised") or 0)
         t = Table(title=f"{self.cfg.name}: test accuracy per chain variable "
                         f"(step {last['step']:,}, {last['time']:.0f} s training)")
         t.add_column("variable")
         t.add_column("supervised")
         t.add_column("final acc", justify="right")
         t.add_column("final loss", justify="right")
-        t.add_column(f"at best (step {best['step']:,})", justify="right")
+        t.add_column(f"at best valid (step {best['step']:,})", justify="right")
         for i, (a, l, b) in enumerate(zip(last["test_acc_per_step"], last["test_loss_per_step"], best["test_acc_per_step"])):
             if a is None:
                 continue
             t.add_row(f"#{i}", "yes" if self.supervised[i] else "", f"{a:.3f}", f"{l:.3f}", f"{b:.3f}")
         self.console.print(t)
+        self._log(f"finished at step {last['step']:,}: test accuracy per variable "
+                  + " ".join(f"#{i} {a:.3f}" for i, a in enumerate(last["test_acc_per_step"]) if a is not None)
+                  + f"; best validation at step {best['step']:,}")
 
 
 # ---- entry points used by the CLI ----------------------------------------------------------
@@ -407,14 +606,13 @@ def start_or_resume(config_path, overrides, runs_root="runs", resume_dir=None, n
                 raise LegoError(f"{run_dir} was trained with another config ({changes[0]}"
                                 f"{f' and {len(changes) - 1} more' if len(changes) > 1 else ''}); "
                                 "resume with the same config or start a new run")
-            saved.train.threads = asked.train.threads
+            saved.train.threads, saved.train.log = asked.train.threads, asked.train.log
         return train(saved, run_dir, resume=True, progress=progress, stop=stop)
     cfg = load_config(config_path, overrides)
-    if name:
+    if name is not None:
         cfg.name = name
         cfg.validate()
     run_dir = Path(runs_root) / cfg.name
     # every rank checks before the process group forms, so none can see rank 0's new files
-    if (run_dir / "config.yaml").exists():
-        raise LegoError(f"{run_dir} already exists: resume it with --resume {run_dir}, or choose another --name")
+    _refuse_existing(run_dir)
     return train(cfg, run_dir, resume=False, progress=progress, stop=stop)
