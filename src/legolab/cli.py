@@ -224,8 +224,9 @@ def cmd_eval(args) -> int:
                         f"this task has {len(new_task.vocab)} and {new_task.num_classes}")
     if new_task.seq_len > cfg.model.max_len:
         raise LegoError(f"--n {args.n}: sentences of {new_task.seq_len} tokens exceed the model's max_len {cfg.model.max_len}")
-    if args.depth is not None and not model.tied and not 1 <= args.depth <= cfg.model.n_layers:
-        raise LegoError(f"--depth: an untied model has depths 1..{cfg.model.n_layers}")
+    if args.depth is not None and (args.depth < 1 or (not model.tied and args.depth > cfg.model.n_layers)):
+        raise LegoError(f"--depth: an untied model has depths 1..{cfg.model.n_layers}" if not model.tied
+                        else "--depth: must be positive")
     torch.set_num_threads(args.threads or torch.get_num_threads())
     data = TensorBatch.from_batch(new_task.sample("test", range(args.count)))
     depth = args.depth or cfg.train.eval_depth or None
@@ -261,6 +262,13 @@ def _out_dir(args):
     return Path(args.source) / "analysis"
 
 
+def _analysis_depth(args, cfg, model) -> int:
+    if args.depth is not None and (args.depth < 1 or (not model.tied and args.depth > model.cfg.n_layers)):
+        raise LegoError(f"--depth: must be between 1 and {model.cfg.n_layers} for this untied model"
+                        if not model.tied else "--depth: must be positive")
+    return args.depth or (cfg.train.eval_depth if cfg else 0) or model.cfg.n_layers
+
+
 def cmd_analyze_attention(args) -> int:
     import torch
 
@@ -272,7 +280,7 @@ def cmd_analyze_attention(args) -> int:
     _check_non_negative(args, "seed", "threads", "window", positive=("count",))
     cfg, task, model = load_source(args.source, args.checkpoint, args.group, args.n, args.seed)
     torch.set_num_threads(args.threads or torch.get_num_threads())
-    depth = args.depth or (cfg.train.eval_depth if cfg else 0) or model.cfg.n_layers
+    depth = _analysis_depth(args, cfg, model)
     tokens = torch.from_numpy(task.sample("analysis", range(args.count)).tokens).long()
     scores = score_model(model, task, tokens, depth=depth, window=args.window)
     out = _out_dir(args)
@@ -297,7 +305,13 @@ def cmd_analyze_attention(args) -> int:
     kinds = [r["kind"] for r in rows]
     print(f"{kinds.count('association')} association and {kinds.count('manipulation')} manipulation heads of {len(rows)}")
     # full maps of chosen heads on one sentence
-    chosen = [tuple(int(x) for x in h.split(".")) for h in args.heads.split(",")] if args.heads else \
+    try:
+        picked = [tuple(int(x) for x in h.split(".")) for h in args.heads.split(",")] if args.heads else None
+    except ValueError:
+        raise LegoError(f"--heads: expected LAYER.HEAD pairs such as 0.1,2.3, got {args.heads!r}") from None
+    if picked is not None and any(len(h) != 2 for h in picked):
+        raise LegoError(f"--heads: expected LAYER.HEAD pairs such as 0.1,2.3, got {args.heads!r}")
+    chosen = picked if picked is not None else \
         [(r["layer"], r["head"]) for r in sorted(rows, key=lambda r: -r["association"])[:2]] + \
         [(r["layer"], r["head"]) for r in sorted(rows, key=lambda r: -r["manipulation"] * r["shift"])[:1]]
     for layer, head in chosen:
@@ -323,7 +337,7 @@ def cmd_analyze_probe(args) -> int:
     _check_non_negative(args, "seed", "threads", positive=("train", "test"))
     cfg, task, model = load_source(args.source, args.checkpoint, args.group, args.n, args.seed)
     torch.set_num_threads(args.threads or torch.get_num_threads())
-    depth = args.depth or (cfg.train.eval_depth if cfg else 0) or model.cfg.n_layers
+    depth = _analysis_depth(args, cfg, model)
     grid = probe_grid(model, task, args.train, args.test, depth=depth, seed=args.seed)
     out = _out_dir(args)
     supervised = set(cfg.train.supervised_steps(task.num_steps)) if cfg else set()

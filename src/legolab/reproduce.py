@@ -184,6 +184,9 @@ def reproduce(fig: str, scale: str = "cpu", seeds: int = 3, runs_root: str = "ru
         raise LegoError(f"unknown figure {fig!r} (known: {', '.join([*FIGURES, *ANALYSES])})")
     if scale not in ("cpu", "paper"):
         raise LegoError(f"--scale: cpu or paper, got {scale!r}")
+    for flag, value, low in (("--seeds", seeds, 1), ("--threads", threads, 0), ("--mimic-steps", mimic_steps, 1)):
+        if value < low:
+            raise LegoError(f"{flag}: must be at least {low}, got {value}")
     main = int(os.environ.get("RANK", "0")) == 0
     out = Path(out_root) / f"{fig}-{scale}"
     root = Path(runs_root)

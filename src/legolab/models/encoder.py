@@ -84,7 +84,7 @@ class ModelConfig:
         need(self.init_std > 0, "init_std", "must be positive")
         need(self.residual_init >= 0, "residual_init", "must be non-negative")
         need(self.pos_init >= 0, "pos_init", "must be non-negative")
-        need(self.conv == 0 or self.conv % 2 == 1, "conv", "must be 0 (off) or a positive odd kernel width")
+        need(self.conv == 0 or (self.conv > 0 and self.conv % 2 == 1), "conv", "must be 0 (off) or a positive odd kernel width")
         need(self.lego_kernel >= 1 and self.lego_kernel % 2 == 1, "lego_kernel", "must be a positive odd integer")
         need(0 <= self.lego_heads <= self.n_heads, "lego_heads", f"must be between 0 and n_heads={self.n_heads}")
         need(self.d_embed == 0 or self.arch == "albert", "d_embed", "a factorised embedding is ALBERT's (arch: albert)")

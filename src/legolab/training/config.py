@@ -214,6 +214,13 @@ def _ramp(value: float, steps: int, step: int) -> float:
     return value * min(1.0, 2.0 - step / steps)
 
 
+def validate_name_and_seed(name: str, seed: int) -> None:
+    if not name or "/" in name or name.startswith(".") or "\0" in name:
+        raise ConfigError(f"name: must be a plain directory name, got {name!r}")
+    if not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ConfigError(f"seed: must be an integer in 0..2**32-1, got {seed!r}")
+
+
 @dataclass
 class RunConfig:
     name: str = "run"
@@ -227,10 +234,7 @@ class RunConfig:
         return task_config(values.pop("name", "lego"), **values)
 
     def validate(self) -> None:
-        if not self.name or "/" in self.name or self.name.startswith("."):
-            raise ConfigError(f"name: must be a plain directory name, got {self.name!r}")
-        if not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
-            raise ConfigError(f"seed: must be an integer in 0..2**32-1, got {self.seed!r}")
+        validate_name_and_seed(self.name, self.seed)
         tc = self.task_config()
         if self.train.train_size is None:
             self.train.train_size = 10_000 * tc.n
@@ -282,7 +286,7 @@ def _coerce(value, tp, key: str):
             f = float(value)
         except (TypeError, ValueError):
             raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
-        if f != int(f):
+        if not math.isfinite(f) or f != int(f):
             raise ConfigError(f"{key}: expected an integer, got {value!r}")
         return int(f)
     if tp is float:

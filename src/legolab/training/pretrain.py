@@ -34,7 +34,7 @@ from ..errors import ConfigError, LegoError
 from ..io import read_jsonl, write_jsonl, write_text
 from ..models import Encoder, ModelConfig
 from .checkpoint import load_model_weights, model_weights, read_checkpoint, restore_training_state, save_checkpoint
-from .config import _build, apply_overrides, read_config_file
+from .config import _build, _coerce, apply_overrides, read_config_file, validate_name_and_seed
 from .step import make_optimizer
 
 CLS, SEP, MASK, PAD = 101, 102, 103, 0
@@ -92,9 +92,11 @@ class PretrainRun:
         for key in data:
             if key not in ("name", "seed", "model", "pretrain"):
                 raise ConfigError(f"{key}: unknown key (known: model, name, pretrain, seed)")
-        run = PretrainRun(name=str(data.get("name", "pretrain")), seed=int(data.get("seed", 0)),
+        run = PretrainRun(name=_coerce(data.get("name", "pretrain"), str, "name"),
+                          seed=_coerce(data.get("seed", 0), int, "seed"),
                           model=_build(ModelConfig, {**asdict(PretrainRun().model), **(data.get("model") or {})}, "model."),
                           pretrain=_build(PretrainConfig, data.get("pretrain") or {}, "pretrain."))
+        validate_name_and_seed(run.name, run.seed)
         run.model.validate()
         run.pretrain.validate()
         if run.model.tokenizer != "wordpiece":

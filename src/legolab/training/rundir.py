@@ -53,10 +53,10 @@ class RunDir:
         """Give the built directory its name (one rename); a run that appeared meanwhile wins."""
         if self.work == self.path:
             return
-        _refuse_existing(self.path)
         try:
+            _refuse_existing(self.path)  # another run may have appeared since create()
             os.rename(self.work, self.path)  # fails on a non-empty target: ours always holds files
-        except OSError:
+        except (LegoError, OSError):
             self.discard()
             raise LegoError(f"{self.path} was created by another run meanwhile; choose another --name") from None
         self.work = self.path

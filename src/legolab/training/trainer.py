@@ -16,6 +16,7 @@ of supervised read-outs, so K ranks compute the same update as one process.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import os
 import signal
@@ -140,6 +141,8 @@ def train(cfg: RunConfig, run_dir: str | Path, resume: bool = False, progress: b
     a start that fails leaves nothing behind; the directory stays locked while the run lives.
     SIGINT and SIGTERM end the run with a checkpoint at the current step (``Interrupted``)."""
     run_dir = Path(run_dir)
+    if cfg.train.log == "tensorboard" and importlib.util.find_spec("tensorboard") is None:
+        raise LegoError("train.log=tensorboard needs the tensorboard package: pip install 'legolab[tensorboard]'")
     main_rank = int(os.environ.get("RANK", "0")) == 0
     rd = (RunDir.resume(run_dir) if resume else RunDir.create(run_dir)) if main_rank else None
     try:
@@ -498,10 +501,8 @@ class Reporter:
         self.console.print(f"[bold]{cfg.name}[/]{header[len(cfg.name):]}")
         self._log(("resumed at step " + f"{step:,}: " if step else "") + header)
         if cfg.train.log == "tensorboard":
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                raise LegoError("train.log=tensorboard needs the tensorboard package: pip install 'legolab[tensorboard]'") from None
+            from torch.utils.tensorboard import SummaryWriter
+
             self.tensorboard = SummaryWriter(str(rd.work / "tensorboard"), purge_step=step + 1 if step else None)
         if self.live:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
