@@ -111,10 +111,10 @@ def main() -> None:
     for name, group, baseline in [("Task 1", "sign", per_sentence_task1), ("Task 2", "d3", per_sentence_task2)]:
         task = LegoTask(LegoConfig(group=group, n=n))
         legolab_tensors(task, "train", args.count)  # warm-up (threads, allocator)
-        ours, _ = best_of(lambda: legolab_tensors(task, "train", args.count), 5)
+        ours, _ = best_of(lambda task=task: legolab_tensors(task, "train", args.count), 5)
         rng = np.random.default_rng(0)
-        slow, _ = best_of(lambda: baseline(legacy, n, args.baseline_count, rng), 2)
-        fast, _ = best_of(lambda: baseline(rust, n, args.baseline_count, rng), 2)
+        slow, _ = best_of(lambda f=baseline, r=rng: f(legacy, n, args.baseline_count, r), 2)
+        fast, _ = best_of(lambda f=baseline, r=rng: f(rust, n, args.baseline_count, r), 2)
         a, b, c = args.count / ours, args.baseline_count / slow, args.baseline_count / fast
         print(f"{name:8s} {a:12,.0f} {b:15,.0f} {a / b:7,.0f}x {c:13,.0f} {a / c:6,.0f}x")
     task = LegoTask(LegoConfig(group="sign", n=n))

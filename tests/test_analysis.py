@@ -85,8 +85,8 @@ needs_hf = pytest.mark.skipif(importlib.util.find_spec("transformers") is None
 def test_minilm_hidden_states_equal_transformers_bertmodel():
     from transformers import BertModel
 
-    from legolab.training.runs import load_source
     from legolab.models.hf import minilm_path
+    from legolab.training.runs import load_source
 
     _, task, model = load_source("minilm", n=12)
     x = torch.from_numpy(task.sample("test", range(4)).tokens).long()

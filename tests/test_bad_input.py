@@ -7,10 +7,9 @@ import shutil
 
 import pytest
 import torch
+from conftest import TINY
 
 from legolab.cli import main
-
-from conftest import TINY
 
 TINY_TRAIN = ["train.steps=2", "train.eval_every=2", "train.test_size=20"]
 
@@ -86,7 +85,8 @@ CLI_CASES = [
     ["plot", "FILE"], ["plot", "MISSING"], ["plot", "RUN", "--out", "/proc/x.png"],
     ["generate", "--count", "-1"], ["generate", "--start", "-1"], ["generate", "--seed", "-3"], ["generate", "--n", "0"],
     ["generate", "--n", "100000"], ["generate", "--n-vars", "2"], ["generate", "--n-min", "99"],
-    ["generate", "--group", "q8"], ["generate", "--group", "FILE"], ["generate", "--group", "d3", "--notation", "code"],
+    ["generate", "--group", "q8"], ["generate", "--group", "FILE"], ["generate", "--group", "BINJSON"],
+    ["generate", "--group", "BINYAML"], ["generate", "--group", "BADTABLE"], ["generate", "--group", "d3", "--notation", "code"],
     ["generate", "--out", "DIR"], ["generate", "--out", "/proc/x"], ["generate", "--format", "xml"],
     ["generate", "--count", "2", "--split", "valid"],
     ["train"], ["train", "--resume", "MISSING"], ["train", "--resume", "FILE"], ["train", "CONFIG", "extra", "x"],
@@ -161,6 +161,9 @@ def workspace(tmp_path_factory):
     assert main(["train", str(config), "--runs", str(root / "base"), "--no-progress"]) == 0
     (root / "file.txt").write_text("not a run\n")
     (root / "dir").mkdir()
+    (root / "random.json").write_bytes(os.urandom(300))
+    (root / "random.yaml").write_bytes(os.urandom(300))
+    (root / "table.json").write_text('{"names": ["e", "a"], "table": [[0, 1], [1, 1]]}')  # not a group
     return root
 
 
@@ -168,7 +171,8 @@ def run_case(argv, root, capsys, runs=None):
     """Run one case; returns (code, stderr) after asserting the contract."""
     runs = runs or root / "runs"
     names = {"RUN": str(root / "base" / "tiny"), "FILE": str(root / "file.txt"), "MISSING": str(root / "missing"),
-             "DIR": str(root / "dir"), "CONFIG": str(root / "tiny.yaml")}
+             "DIR": str(root / "dir"), "CONFIG": str(root / "tiny.yaml"), "BINJSON": str(root / "random.json"),
+             "BINYAML": str(root / "random.yaml"), "BADTABLE": str(root / "table.json")}
     argv = [names.get(a, a) for a in argv]
     if argv and argv[0] in ("train", "mimic", "pretrain", "reproduce", "demo") and "--runs" not in argv:
         argv += ["--runs", str(runs)]

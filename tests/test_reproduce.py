@@ -1,9 +1,8 @@
 import yaml
+from conftest import TINY
 
 from legolab.cli import main
 from legolab.io import read_jsonl
-
-from conftest import TINY
 
 
 def write_configs(root, n=4):

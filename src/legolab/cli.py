@@ -86,10 +86,12 @@ def cmd_generate(args) -> int:
 
     def write(out) -> None:
         """Chunk by chunk: constant memory however large --count is; a bar on a terminal."""
+        from rich.console import Console
         from rich.progress import Progress
 
         chunk, end = 10_000, args.start + args.count
-        with Progress(disable=not sys.stderr.isatty() or args.count <= chunk, transient=True) as bar:
+        with Progress(console=Console(stderr=True), disable=not sys.stderr.isatty() or args.count <= chunk,
+                      transient=True) as bar:
             job = bar.add_task("generating", total=args.count)
             for lo in range(args.start, end, chunk):
                 out.write("".join(lines(lo, min(lo + chunk, end))))
@@ -409,6 +411,9 @@ def cmd_pretrain(args) -> int:
 
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     if args.resume:
+        if args.config or args.attention or args.corpus or args.name:
+            raise LegoError("pretrain --resume continues with the run's own config.yaml: give no config, "
+                            "overrides, --attention, --corpus or --name")
         run_dir = Path(args.resume)
         if not (run_dir / "config.yaml").is_file():
             raise LegoError(f"{run_dir}: not a run directory (no config.yaml)")

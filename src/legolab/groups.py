@@ -1,7 +1,8 @@
 """Finite groups for LEGO clauses.
 
 A group is a Cayley table over elements 0..k-1 with printable single-token names (never
-lowercase words, which are variables). Element 0 is always the identity. LEGO uses the group's left action on itself: a clause ``x = g y`` sets
+lowercase words, which are variables). Element 0 is always the identity. LEGO uses the group's
+left action on itself: a clause ``x = g y`` sets
 ``value(x) = g * value(y)``, and the root token ``1`` stands for the identity, so ``a = g 1``
 gives ``value(a) = g``. Products follow function composition: ``(g * h)(p) = g(h(p))`` for
 permutation groups.
@@ -179,6 +180,8 @@ def load_group_file(path: str | Path) -> Group:
         text = path.read_text()
     except OSError as e:
         raise ConfigError(f"group file {str(path)!r}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"group file {str(path)!r}: not a text file (expected JSON or YAML)") from None
     try:
         if path.suffix in (".yaml", ".yml"):
             import yaml

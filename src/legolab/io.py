@@ -8,7 +8,6 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 

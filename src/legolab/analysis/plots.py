@@ -91,7 +91,7 @@ def plot_head_scores(scores: dict, out: str | Path, title: str = "") -> Path:
     return Path(out)
 
 
-def plot_attention_maps(maps: list[tuple[str, "object"]], labels: list[str], out: str | Path) -> Path:
+def plot_attention_maps(maps: list[tuple[str, object]], labels: list[str], out: str | Path) -> Path:
     """Full attention maps of chosen heads on one sentence, axes labelled with its tokens."""
     plt = _pyplot()
     k = len(maps)

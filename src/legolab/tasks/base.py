@@ -63,12 +63,12 @@ class Batch:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def __getitem__(self, sl) -> "Batch":
+    def __getitem__(self, sl) -> Batch:
         return Batch(self.tokens[sl], self.positions[sl], self.targets[sl], self.steps[sl],
                      {k: v[sl] for k, v in self.meta.items()})
 
     @staticmethod
-    def concat(batches: list["Batch"]) -> "Batch":
+    def concat(batches: list[Batch]) -> Batch:
         return Batch(*(np.concatenate([getattr(b, f) for b in batches]) for f in ("tokens", "positions", "targets", "steps")),
                      {k: np.concatenate([b.meta[k] for b in batches]) for k in batches[0].meta})
 

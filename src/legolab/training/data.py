@@ -22,17 +22,17 @@ class TensorBatch:
     steps: torch.Tensor      # (B, P) int64, -1 at padding
 
     @staticmethod
-    def from_batch(b: Batch, device="cpu") -> "TensorBatch":
+    def from_batch(b: Batch, device="cpu") -> TensorBatch:
         return TensorBatch(torch.from_numpy(b.tokens).to(device),
                            *(torch.from_numpy(a.astype(np.int64)).to(device) for a in (b.positions, b.targets, b.steps)))
 
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def __getitem__(self, idx) -> "TensorBatch":
+    def __getitem__(self, idx) -> TensorBatch:
         return TensorBatch(self.tokens[idx], self.positions[idx], self.targets[idx], self.steps[idx])
 
-    def to(self, device) -> "TensorBatch":
+    def to(self, device) -> TensorBatch:
         return TensorBatch(*(t.to(device, non_blocking=True) for t in (self.tokens, self.positions, self.targets, self.steps)))
 
     def key_padding(self, pad_id: int = 0) -> torch.Tensor | None:

@@ -88,7 +88,7 @@ class PretrainRun:
         return yaml.safe_dump(asdict(self), sort_keys=False)
 
     @staticmethod
-    def from_dict(data: dict) -> "PretrainRun":
+    def from_dict(data: dict) -> PretrainRun:
         for key in data:
             if key not in ("name", "seed", "model", "pretrain"):
                 raise ConfigError(f"{key}: unknown key (known: model, name, pretrain, seed)")

@@ -28,7 +28,7 @@ class RunDir:
 
     # ---- claiming ------------------------------------------------------------------------
     @classmethod
-    def create(cls, path: str | Path) -> "RunDir":
+    def create(cls, path: str | Path) -> RunDir:
         """A new run: refuse if ``path`` exists; build under a hidden temporary name beside it."""
         path = Path(path)
         _refuse_existing(path)
@@ -43,7 +43,7 @@ class RunDir:
         return cls(path, work, _lock(work / ".lock", path))
 
     @classmethod
-    def resume(cls, path: str | Path) -> "RunDir":
+    def resume(cls, path: str | Path) -> RunDir:
         path = Path(path)
         if not path.is_dir() or not (path / "config.yaml").is_file():
             raise LegoError(f"{path}: not a run directory (no config.yaml)")

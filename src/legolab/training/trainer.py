@@ -25,6 +25,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..errors import Interrupted, LegoError
@@ -372,10 +373,8 @@ def _supervised_mean(result: dict, supervised: torch.Tensor):
     return _mean([a for a, s in zip(result["acc_per_step"], supervised.tolist()) if s])
 
 
-def _rows_in(tokens, rows: set) -> "np.ndarray":
-    """Which rows of a token array also occur in ``rows`` (a set of row bytes)."""
-    import numpy as np
-
+def _rows_in(tokens: np.ndarray, rows: set) -> np.ndarray:
+    """Which rows of a token array also occur in ``rows`` (a set of row bytes): a bool array."""
     return np.fromiter((r.tobytes() in rows for r in tokens), dtype=bool, count=len(tokens))
 
 
