@@ -41,3 +41,27 @@ def test_reproduce_shortcut_and_unknown_figure(tmp_path, monkeypatch, capsys):
     assert "| albert-0to4+11 | 1 |" in summary
     assert main(["reproduce", "fig99"]) == 2
     assert "unknown figure" in capsys.readouterr().err
+
+
+def test_every_figure_resolves_to_valid_configs_at_both_scales(tmp_path, monkeypatch):
+    from legolab.errors import LegoError
+    from legolab.reproduce import FIGURES, runs_for
+    from legolab.training.config import load_config
+
+    monkeypatch.chdir(tmp_path)  # the shipped configs, not a checkout's
+    for scale in ("cpu", "paper"):
+        for fig in FIGURES:
+            for _, run in runs_for(fig, scale, 2, pretrained="hf:/models/bert-base-uncased"):
+                cfg = load_config(run.config, run.overrides)
+                assert cfg.seed in (0, 1)
+                if scale == "paper":
+                    assert cfg.model.d_model == 768 and cfg.model.n_layers == 12, (fig, run.name)
+                if "pretrained" in run.name:
+                    assert cfg.train.init == ("minilm" if scale == "cpu" else "hf:/models/bert-base-uncased")
+                    assert cfg.model.tokenizer == "wordpiece"
+    try:
+        runs_for("fig6", "paper", 1, pretrained=None)
+    except LegoError as e:
+        assert "--pretrained" in str(e)
+    else:
+        raise AssertionError("fig6 at paper scale must ask for --pretrained")

@@ -33,8 +33,20 @@ class Figure:
     mimic: tuple[str, ...] = ()                   # labels initialised by mimicking
 
 
+# The shipped config (training/config.py: config_path) behind each kind of run, per scale. At
+# paper scale the MiniLM-shaped runs of Fig. 6 are BERT-base reading word pieces, so that random,
+# pretrained (--pretrained, a local bert-base-uncased) and mimicking starts share one model.
+CONFIGS = {
+    "cpu": {"bert": "cpu/bert", "albert": "cpu/albert", "minilm": "cpu/minilm", "pretrain": "cpu/pretrain"},
+    "paper": {"bert": "paper/bert-base", "albert": "paper/albert-base", "minilm": "paper/bert-base"},
+}
+STEM_OVERRIDES = {("paper", "minilm"): ["model.tokenizer=wordpiece"]}
+
+
 def _cfg(scale: str, stem: str) -> str:
-    return f"{scale}/{stem}"  # a shipped config (training/config.py: config_path)
+    if stem not in CONFIGS[scale]:
+        raise LegoError(f"no {scale}-scale config for the {stem} runs (there are: {', '.join(CONFIGS[scale])})")
+    return CONFIGS[scale][stem]
 
 
 SHORTCUT = "train.supervise=[0,1,2,3,4,11]"
@@ -81,7 +93,7 @@ def runs_for(fig: str, scale: str, seeds: int, pretrained: str | None) -> list[t
     figure = FIGURES[fig]
     out = []
     for label, (stem, overrides) in figure.variants.items():
-        resolved = []
+        resolved = list(STEM_OVERRIDES.get((scale, stem), []))
         for o in overrides:
             if o.startswith("@"):
                 if o == "@pretrained" and scale == "paper":
@@ -289,7 +301,7 @@ def _finish_analysis(fig, scale, seeds, root, out, pretrained, log, threads=0) -
             name = f"{scale}-pretrain-{att}"
             run_dir = root / name
             records = read_jsonl(run_dir / "metrics.jsonl")
-            run = load_pretrain_config(f"{scale}/pretrain", [f"model.attention={att}", f"name={name}"]
+            run = load_pretrain_config(_cfg(scale, "pretrain"), [f"model.attention={att}", f"name={name}"]
                                        + ([f"pretrain.threads={threads}"] if threads else []))
             if not records or records[-1]["step"] < run.pretrain.steps:
                 pretrain(run, run_dir, resume=(run_dir / "checkpoints" / "last.safetensors").is_file(), log=log)
