@@ -70,3 +70,13 @@ def test_pretrain_errors(tmp_path, capsys):
     assert "is not 'stdlib', a text file" in capsys.readouterr().err
     assert main(["pretrain", "pretrain.mask_prob=2", "--runs", str(tmp_path)]) == 2
     assert "pretrain.mask_prob" in capsys.readouterr().err
+
+
+def test_one_schedule_for_every_loop_and_pretraining_honours_min_lr():
+    from legolab.training.pretrain import load_pretrain_config
+    from legolab.training.schedule import lr_factor
+
+    assert lr_factor(0, 100, 10) == 0.1 and lr_factor(9, 100, 10) == 1.0
+    assert lr_factor(99, 100, 0, "cosine", 0.2) > 0.2 - 1e-9 and lr_factor(50, 100, 0, "constant") == 1.0
+    run = load_pretrain_config(None, ["pretrain.schedule=linear", "pretrain.min_lr=0.1"])
+    assert (run.pretrain.schedule, run.pretrain.min_lr) == ("linear", 0.1)

@@ -16,8 +16,8 @@ import yaml
 from ..errors import ConfigError
 from ..models.encoder import ModelConfig
 from ..tasks import TASKS, task_config
+from .schedule import SCHEDULES
 
-SCHEDULES = ("cosine", "linear", "constant")
 DTYPES = ("auto", "fp32", "bf16")
 LOGS = ("text", "tensorboard")
 

@@ -26,6 +26,7 @@ from ..models import build_model
 from ..tasks import make_task
 from .checkpoint import save_checkpoint
 from .config import RunConfig
+from .rundir import RunDir
 from .step import SMOOTH, association_target, kl_to_target
 
 BAND = (1.0, 2.0, 4.0, 2.0, 1.0)
@@ -66,9 +67,22 @@ def mimic(cfg: RunConfig, out_dir: str | Path, steps: int = 1000, batch_size: in
     lr = lr or (1e-2 if cfg.model.d_model < 256 else 3e-3)
     if cfg.model.attention != "standard" or cfg.model.n_heads < 2:
         raise LegoError("mimic: needs standard softmax attention with at least 2 heads per layer")
-    out_dir = Path(out_dir)
-    if (out_dir / "config.yaml").exists():
-        raise LegoError(f"{out_dir} already exists: choose another --name")
+    rd = RunDir.create(out_dir)  # published only once the initialisation is complete
+    try:
+        records = _mimic(cfg, rd, steps, batch_size, lr, log_every, log)
+        rd.publish()
+        return records
+    except BaseException:
+        rd.discard()
+        raise
+    finally:
+        rd.close()
+
+
+def _mimic(cfg: RunConfig, rd: RunDir, steps: int, batch_size: int, lr: float, log_every: int, log) -> list[dict]:
+    if steps < 1 or batch_size < 1 or not lr > 0:
+        raise LegoError(f"mimic: steps and batch size must be positive and lr a positive number "
+                        f"(got {steps}, {batch_size}, {lr})")
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.train.threads or torch.get_num_threads())
     task = make_task(cfg.task.get("name", "lego"), cfg.task_config(), seed=cfg.seed)
@@ -92,9 +106,8 @@ def mimic(cfg: RunConfig, out_dir: str | Path, steps: int = 1000, batch_size: in
             model.train()
             records.append({"step": step, "loss": loss.item(), "held_out_loss": held, "time": time.perf_counter() - t0})
             log(f"mimic step {step:>6d}/{steps}  loss {loss.item():.4f}  held-out {held:.4f}")
-    (out_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-    write_text(out_dir / "config.yaml", cfg.to_yaml())
-    write_jsonl(out_dir / "mimic.jsonl", records)
-    save_checkpoint(out_dir / "checkpoints" / "last.safetensors", model,
+    write_text(rd / "config.yaml", cfg.to_yaml())
+    write_jsonl(rd / "mimic.jsonl", records)
+    save_checkpoint(rd / "checkpoints" / "last.safetensors", model,
                     {"step": steps, "mimic": True, "config": cfg.to_dict()}, rng=False)
     return records

@@ -35,6 +35,8 @@ from ..io import read_jsonl, write_jsonl, write_text
 from ..models import Encoder, ModelConfig
 from .checkpoint import load_model_weights, model_weights, read_checkpoint, restore_training_state, save_checkpoint
 from .config import _build, _coerce, apply_overrides, read_config_file, validate_name_and_seed
+from .rundir import RunDir
+from .schedule import SCHEDULES, lr_factor
 from .step import make_optimizer
 
 CLS, SEP, MASK, PAD = 101, 102, 103, 0
@@ -53,6 +55,8 @@ class PretrainConfig:
     eval_every: int = 100
     lr: float = 5e-4
     warmup: float = 0.05
+    schedule: str = "cosine"      # cosine | linear | constant, after warmup (training/schedule.py)
+    min_lr: float = 0.0           # the schedule's floor, as a fraction of lr
     weight_decay: float = 0.01
     clip: float = 1.0
     threads: int = 0
@@ -72,8 +76,13 @@ class PretrainConfig:
                 bad(key, "must be a positive integer")
         if not self.lr > 0:
             bad("lr", "must be positive")
-        if self.weight_decay < 0 or self.clip < 0 or self.warmup < 0 or self.threads < 0:
-            bad("weight_decay", "weight_decay, clip, warmup and threads must be non-negative")
+        for key in ("weight_decay", "clip", "warmup", "threads"):
+            if getattr(self, key) < 0:
+                bad(key, "must be non-negative")
+        if self.schedule not in SCHEDULES:
+            bad("schedule", f"must be one of {', '.join(SCHEDULES)}")
+        if not 0 <= self.min_lr <= 1:
+            bad("min_lr", "must be a fraction of lr in [0, 1]")
 
 
 @dataclass
@@ -197,7 +206,20 @@ class MaskedLM(nn.Module):
 
 
 def pretrain(run: PretrainRun, run_dir: str | Path, resume: bool = False, log=print) -> list[dict]:
+    """Masked-LM pretraining in ``run_dir`` (claimed, published and locked like a training run:
+    training/rundir.py); ``resume`` continues from the last checkpoint exactly."""
     run_dir = Path(run_dir)
+    rd = RunDir.resume(run_dir) if resume else RunDir.create(run_dir)
+    try:
+        return _pretrain(run, rd, resume, log)
+    except BaseException:
+        rd.discard()  # only a directory that was never published
+        raise
+    finally:
+        rd.close()
+
+
+def _pretrain(run: PretrainRun, rd: RunDir, resume: bool, log) -> list[dict]:
     pc = run.pretrain
     torch.set_num_threads(pc.threads or (os.cpu_count() or 1))
     torch.manual_seed(run.seed)
@@ -208,29 +230,26 @@ def pretrain(run: PretrainRun, run_dir: str | Path, resume: bool = False, log=pr
     val_batches = [mask_tokens(val[i:i + pc.batch_size], pc.mask_prob, val_gen) for i in range(0, len(val), pc.batch_size)]
     model = MaskedLM(run.model)
     opt = make_optimizer(model, pc.lr, pc.weight_decay)
-    warm = int(pc.warmup) if pc.warmup >= 1 else round(pc.warmup * pc.steps)
-
-    def factor(s):
-        return (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, pc.steps - warm)))
 
     step, records, elapsed = 0, [], 0.0
-    ckpt = run_dir / "checkpoints" / "last.safetensors"
+    ckpt = rd / "checkpoints" / "last.safetensors"
     if resume:
         if not ckpt.is_file():
-            raise LegoError(f"{run_dir}: nothing to resume, no checkpoint yet")
+            raise LegoError(f"{rd.path}: nothing to resume, no checkpoint yet")
         tensors, meta = read_checkpoint(ckpt)
         if meta.get("kind") != "pretrain":
-            raise LegoError(f"{run_dir}: not a pretraining run")
+            raise LegoError(f"{rd.path}: not a pretraining run")
         load_model_weights(model, model_weights(tensors), str(ckpt))
         restore_training_state(tensors, meta, opt, "cpu")
         step, elapsed = meta["step"], meta.get("elapsed", 0.0)
-        records = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["step"] <= step]
+        records = [r for r in read_jsonl(rd / "metrics.jsonl") if r["step"] <= step]
     else:
-        if (run_dir / "config.yaml").exists():
-            raise LegoError(f"{run_dir} already exists: resume it with --resume {run_dir}, or choose another --name")
-        (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-        write_text(run_dir / "config.yaml", run.to_yaml())
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor, last_epoch=step - 1)
+        write_text(rd / "config.yaml", run.to_yaml())
+        write_jsonl(rd / "metrics.jsonl", [])
+        save_checkpoint(ckpt, model, {"step": 0, "elapsed": 0.0, "kind": "pretrain", "config": asdict(run)}, opt)
+        rd.publish()
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, pc.steps, pc.warmup, pc.schedule, pc.min_lr),
+                                              last_epoch=step - 1)
     log(f"{run.name}: {run.model.attention} {run.model.n_layers}x{run.model.d_model}, "
         f"{model.encoder.num_parameters(exclude_embeddings=True):,} parameters without embeddings; "
         f"{len(train):,} training and {len(val):,} validation sequences of {pc.seq_len} word pieces")
@@ -254,9 +273,12 @@ def pretrain(run: PretrainRun, run_dir: str | Path, resume: bool = False, log=pr
                 val_loss = sum(float(model(x, y)) * int((y >= 0).sum()) for x, y in val_batches) / \
                     sum(int((y >= 0).sum()) for _, y in val_batches)
             model.train()
+            if not math.isfinite(loss.item()):
+                raise LegoError(f"{rd.path}: the training loss became non-finite before step {step}; "
+                                f"the last good checkpoint is step {records[-1]['step'] if records else 0}")
             records.append({"step": step, "time": round(elapsed, 3), "train_loss": loss.item(), "val_loss": val_loss})
             # metrics first: a kill in between leaves a record past the checkpoint, which resume drops
-            write_jsonl(run_dir / "metrics.jsonl", records)
+            write_jsonl(rd / "metrics.jsonl", records)
             save_checkpoint(ckpt, model, {"step": step, "elapsed": elapsed, "kind": "pretrain", "config": asdict(run)}, opt)
             log(f"step {step:>6d}/{pc.steps}  {elapsed:7.1f}s  train loss {loss.item():.3f}  validation loss {val_loss:.3f}")
             t0 = time.perf_counter()

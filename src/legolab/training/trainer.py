@@ -37,6 +37,7 @@ from .config import RunConfig, config_from_dict, diff_configs, load_config
 from .data import TensorBatch, epoch_permutation, sample_depth
 from .evaluate import evaluate
 from .rundir import RunDir, _refuse_existing
+from .schedule import lr_factor
 from .step import make_optimizer, make_train_step, resolve_dtype
 
 # Keys that may differ when resuming: they change where and how fast, not what is computed.
@@ -87,20 +88,6 @@ class Distributed:
 
             dist.barrier()  # no rank leaves (taking the store with it) while another still talks
             dist.destroy_process_group()
-
-
-def lr_factor(step: int, total: int, cfg) -> float:
-    warm = int(cfg.warmup) if cfg.warmup >= 1 else round(cfg.warmup * total)
-    if step < warm:
-        return (step + 1) / warm
-    p = (step - warm) / max(1, total - warm)
-    if cfg.schedule == "cosine":
-        shape = 0.5 * (1 + math.cos(math.pi * p))
-    elif cfg.schedule == "linear":
-        shape = 1 - p
-    else:
-        shape = 1.0
-    return cfg.min_lr + (1 - cfg.min_lr) * shape
 
 
 def initialise(model: Encoder, init: str, task) -> str:
@@ -247,7 +234,7 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
     if dtype_note and dist.main:
         print(dtype_note, file=sys.stderr)
     train_step = make_train_step(wrapped, opt, compile=tc.compile, autocast_dtype=dtype)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, total, tc), last_epoch=step - 1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, total, tc.warmup, tc.schedule, tc.min_lr), last_epoch=step - 1)
 
     reporter = Reporter(cfg, model, total, supervised.cpu(), init_note, dist.main, progress, step, records, rd)
     local = tc.batch_size // dist.world
