@@ -68,6 +68,11 @@ BAD_VALUES = {
 }
 CONFIG_CASES = [(f"{key}={value}",) for key, values in BAD_VALUES.items() for value in values]
 CONFIG_CASES += [("noequals-after",), ("train=1",)]
+# combinations that would build and do nothing
+CONFIG_CASES += [("model.attention=lego-v0", "model.mimetic_init=true"),
+                 ("model.attention=lego-v0", "model.identity_scaled=true", "model.identity_init=0.5"),
+                 ("model.identity_init=0.5",), ("model.attention=lego-v0", "model.attn_impl=math"),
+                 ("model.lego_kernel=3",), ("model.attention=lego-v0", "model.lego_heads=1")]
 
 # ---- other command-line arguments (RUN: a trained tiny run; FILE: a plain file) --------------
 CLI_CASES = [
@@ -193,7 +198,7 @@ def run_case(argv, root, capsys, runs=None):
     return code, err
 
 
-@pytest.mark.parametrize("override", CONFIG_CASES, ids=lambda c: c[0][:40])
+@pytest.mark.parametrize("override", CONFIG_CASES, ids=lambda c: " ".join(c)[:60])
 def test_bad_config_values(workspace, capsys, override, monkeypatch):
     monkeypatch.chdir(workspace)
     code, err = run_case(["train", "CONFIG", *TINY_TRAIN, *override], workspace, capsys)

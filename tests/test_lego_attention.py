@@ -88,7 +88,8 @@ def test_variants_train_a_step_and_save_load(attention, tiny_config, tmp_path):
     from legolab.training.runs import load_run
     from legolab.training.trainer import train
 
-    cfg = load_config(tiny_config(model={"attention": attention, "identity_scaled": True, "lego_heads": 1},
+    extra = {"lego_heads": 1} if attention == "lego-v1" else {}
+    cfg = load_config(tiny_config(model={"attention": attention, "identity_scaled": True, **extra},
                                   train={"steps": 4, "eval_every": 2}))
     records = train(cfg, tmp_path / "run", progress=False)
     assert len(records) == 2

@@ -51,7 +51,7 @@ def count_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
     from torch.utils.flop_counter import FlopCounterMode
 
     with torch.device("meta"):  # the math kernel: SDPA's fused kernels are not counted
-        model = Encoder(replace(cfg, attn_impl="math"), VOCAB, 2, special_ids=(101, 102)).eval()
+        model = Encoder(replace(cfg, attn_impl="auto" if cfg.attention == "lego-v0" else "math"), VOCAB, 2, special_ids=(101, 102)).eval()
         tokens = torch.randint(0, VOCAB, (batch, seq))
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         model(tokens)

@@ -88,6 +88,16 @@ class ModelConfig:
         need(self.lego_kernel >= 1 and self.lego_kernel % 2 == 1, "lego_kernel", "must be a positive odd integer")
         need(0 <= self.lego_heads <= self.n_heads, "lego_heads", f"must be between 0 and n_heads={self.n_heads}")
         need(self.d_embed == 0 or self.arch == "albert", "d_embed", "a factorised embedding is ALBERT's (arch: albert)")
+        # combinations that would build and silently do nothing (lego-v0 has no softmax heads)
+        v0 = self.attention == "lego-v0"
+        need(not (v0 and self.mimetic_init), "mimetic_init", "initialises softmax heads' W_K: lego-v0 has none")
+        need(self.identity_init == 0 or (self.identity_scaled and not v0), "identity_init",
+             "is the initial a of identity-scaled softmax heads: needs identity_scaled=true and softmax heads")
+        need(self.attn_impl == "auto" or not v0, "attn_impl", "picks the softmax kernel: lego-v0 has no softmax heads")
+        need(self.attention != "standard" or self.lego_kernel == 5, "lego_kernel",
+             "is LEGO attention's: needs attention=lego-v0 or lego-v1")
+        need(self.attention == "lego-v1" or self.lego_heads == 0, "lego_heads",
+             "counts LEGO v1's softmax heads: needs attention=lego-v1")
 
     @property
     def ff(self) -> int:
