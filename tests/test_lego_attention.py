@@ -94,5 +94,9 @@ def test_variants_train_a_step_and_save_load(attention, tiny_config, tmp_path):
     records = train(cfg, tmp_path / "run", progress=False)
     assert len(records) == 2
     _, task, model = load_run(tmp_path / "run", "last")
-    x = torch.from_numpy(task.sample("test", range(2)).tokens).long()
-    assert model(x).shape[:2] == x.shape
+    from legolab.training.data import TensorBatch
+    from legolab.training.evaluate import evaluate
+
+    # the saved weights are the evaluated ones: the same test accuracy per variable, to the bit
+    test = TensorBatch.from_batch(task.sample("test", range(cfg.train.test_size)))
+    assert evaluate(model, test, task.num_steps)["acc_per_step"] == records[-1]["test_acc_per_step"]

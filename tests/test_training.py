@@ -147,10 +147,12 @@ def test_init_from_a_checkpoint_of_another_shape_is_refused(tiny_config, tmp_pat
     assert "has no checkpoint" in capsys.readouterr().err
 
 
-def test_bf16_autocast_and_fixed_depth_eval(tiny_config, tmp_path):
-    cfg = load_config(tiny_config(train={"steps": 10, "eval_every": 5, "dtype": "bf16"}))
-    records = trainer.train(cfg, tmp_path / "bf16", progress=False)
-    assert len(records) == 2 and all(0 <= a <= 1 for a in records[-1]["test_acc_per_step"])
+def test_bf16_autocast_learns_like_fp32(tiny_config, tmp_path):
+    path = tiny_config(task={"group": "sign", "n": 2}, train={"n_tr": 2, "steps": 300, "eval_every": 100})
+    fp32 = trainer.train(load_config(path), tmp_path / "fp32", progress=False)
+    bf16 = trainer.train(load_config(path, ["train.dtype=bf16"]), tmp_path / "bf16", progress=False)
+    assert min(bf16[-1]["test_acc_per_step"]) >= 0.98 and min(fp32[-1]["test_acc_per_step"]) >= 0.98
+    assert bf16[0]["train_loss"] != fp32[0]["train_loss"]  # it really computed in bf16
 
 
 def test_a_run_whose_loss_blows_up_stops_with_one_line(tiny_config, tmp_path, capsys):
