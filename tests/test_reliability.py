@@ -231,3 +231,13 @@ def test_saved_yaml_of_a_run_is_a_valid_config(tiny_config, tmp_path):
     data = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert data["train"]["valid_size"] == 300 and data["train"]["log"] == "text"
     assert read_jsonl(tmp_path / "run" / "metrics.jsonl")[-1]["step"] == 60
+
+
+def test_generate_streams_and_a_closed_pipe_is_not_an_error():
+    # 10^8 sentences would take minutes and gigabytes if built in memory first
+    proc = subprocess.Popen([sys.executable, "-m", "legolab", "generate", "--count", "100000000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.read(4096)
+    proc.stdout.close()  # the reader leaves, as `| head` does
+    assert proc.wait(timeout=60) == 0
+    assert first.count(b"\n") > 10 and proc.stderr.read() == b""

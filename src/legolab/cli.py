@@ -595,6 +595,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("legolab: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader left (`legolab generate ... | head`): not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
     except MemoryError:
         print("legolab: error: out of memory: ask for fewer sentences or a smaller batch", file=sys.stderr)
         return 2
