@@ -23,7 +23,7 @@ def test_shapes_and_readout_path(cfg):
     assert logits.shape == (4, pos.shape[1], C)
     assert m(x).shape == (4, 32, 32)
     # the last block computed at read-out tokens only equals the full computation
-    full = m(x, pos, cache=ActivationCache([]))
+    full = m(x, pos, readout_path=False)
     assert torch.allclose(logits, full, atol=1e-6)
 
 
@@ -112,3 +112,18 @@ def test_invalid_model_configs(key, value, message):
 
     with pytest.raises(ConfigError, match=message):
         ModelConfig(**{key: value}).validate()
+
+
+def test_hooks_observe_without_changing_the_computed_path():
+    torch.manual_seed(0)
+    m = Encoder(ModelConfig(n_layers=3, d_model=32, n_heads=4, norm="pre"), V, C).eval()
+    x, pos = tokens()
+    plain = m(x, pos)
+    # an empty cache, or hooks of earlier blocks, keep the read-out-only last block: bit-identical
+    assert torch.equal(m(x, pos, cache=ActivationCache([])), plain)
+    _, cache = m.run_with_cache(x, ["blocks.0.attn.hook_pattern", "blocks.1.hook_resid_post"], positions=pos)
+    assert torch.equal(_, plain) and set(cache) == {"blocks.0.attn.hook_pattern", "blocks.1.hook_resid_post"}
+    # a hook of the last block needs all of its tokens: full pattern, same logits up to rounding
+    logits, cache = m.run_with_cache(x, ["blocks.2.attn.hook_pattern"], positions=pos)
+    assert cache["blocks.2.attn.hook_pattern"].shape[-2] == x.shape[1]
+    assert torch.allclose(logits, plain, atol=1e-6)

@@ -28,6 +28,8 @@ from .attention import ActivationCache, Context, SelfAttention
 ARCHS = ("bert", "albert")
 NORMS = ("post", "pre")
 ATTENTIONS = ("standard", "lego-v0", "lego-v1")
+# a block's hooks that need every token of it (the read-out path computes only read-out tokens)
+LAST_BLOCK_HOOKS = ("hook_resid_post", "attn.hook_pattern", "attn.hook_attn_scores")
 
 
 @dataclass
@@ -239,10 +241,13 @@ class Encoder(nn.Module):
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None, depth: int | None = None,
                 cache: ActivationCache | None = None, key_padding: torch.Tensor | None = None,
-                scaffold: float = 0.0) -> torch.Tensor:
+                scaffold: float = 0.0, readout_path: bool = True) -> torch.Tensor:
         """Logits (B, P, classes) at ``positions`` (B, P), or hidden states (B, T, d) without them.
 
         ``key_padding`` (B, T, True at padding) is only needed when a batch holds padding.
+        ``readout_path``: with ``positions``, the last block runs its queries, feed-forward and
+        norms at the read-out tokens only (exact, ~12% cheaper); a cache that asks for one of
+        that block's hooks gets the full block, other hooks leave the path as it is.
         """
         depth = self.cfg.n_layers if depth is None else depth
         if depth < 1 or (not self.tied and depth > self.cfg.n_layers):
@@ -254,7 +259,8 @@ class Encoder(nn.Module):
         if ctx.wants("blocks.0.hook_resid_pre"):
             cache["blocks.0.hook_resid_pre"] = x
         last = f"blocks.{depth - 1}"
-        readout_only = positions is not None and cache is None
+        readout_only = readout_path and positions is not None and not (
+            cache is not None and any(cache.wants(f"{last}.{hook}") for hook in LAST_BLOCK_HOOKS))
         for layer in range(depth):
             name = f"blocks.{layer}"
             block = self.blocks[0 if self.tied else layer]

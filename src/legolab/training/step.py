@@ -70,7 +70,7 @@ def make_train_step(model: nn.Module, opt: torch.optim.Optimizer, compile: bool 
                 from ..models.attention import ActivationCache
 
                 names = [SCORES] * bool(guide) + [RESIDUALS] * bool(deep)
-                cache = ActivationCache(names) if names else None  # none: keep the read-out-only last block
+                cache = ActivationCache(names) if names else None
                 logits = model(tokens, positions, depth=depth, key_padding=key_padding, cache=cache, scaffold=scaffold)
             else:
                 logits = forward(tokens, positions, depth=depth, key_padding=key_padding)
