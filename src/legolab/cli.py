@@ -204,6 +204,13 @@ def cmd_train(args) -> int:
     return 0
 
 
+def _check_depth(depth: int | None, model) -> None:
+    """--depth: 1..n_layers for an untied model, any positive depth for a tied one."""
+    if depth is not None and (depth < 1 or (not model.tied and depth > model.cfg.n_layers)):
+        raise LegoError(f"--depth: an untied model has depths 1..{model.cfg.n_layers}" if not model.tied
+                        else "--depth: must be positive")
+
+
 def cmd_eval(args) -> int:
     import torch
 
@@ -226,9 +233,7 @@ def cmd_eval(args) -> int:
                         f"this task has {len(new_task.vocab)} and {new_task.num_classes}")
     if new_task.seq_len > cfg.model.max_len:
         raise LegoError(f"--n {args.n}: sentences of {new_task.seq_len} tokens exceed the model's max_len {cfg.model.max_len}")
-    if args.depth is not None and (args.depth < 1 or (not model.tied and args.depth > cfg.model.n_layers)):
-        raise LegoError(f"--depth: an untied model has depths 1..{cfg.model.n_layers}" if not model.tied
-                        else "--depth: must be positive")
+    _check_depth(args.depth, model)
     torch.set_num_threads(args.threads or torch.get_num_threads())
     data = TensorBatch.from_batch(new_task.sample("test", range(args.count)))
     depth = args.depth or cfg.train.eval_depth or None
@@ -265,9 +270,7 @@ def _out_dir(args):
 
 
 def _analysis_depth(args, cfg, model) -> int:
-    if args.depth is not None and (args.depth < 1 or (not model.tied and args.depth > model.cfg.n_layers)):
-        raise LegoError(f"--depth: must be between 1 and {model.cfg.n_layers} for this untied model"
-                        if not model.tied else "--depth: must be positive")
+    _check_depth(args.depth, model)
     return args.depth or (cfg.train.eval_depth if cfg else 0) or model.cfg.n_layers
 
 

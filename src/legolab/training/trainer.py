@@ -273,7 +273,8 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
             aux = None
             if tc.aux_operand:  # extra read-outs after the task's own; weights instead of a boolean mask
                 aux = [torch.from_numpy(a).to(device) for a in source.operand_readouts(raw)]
-                aux[2][held.to(device)] = -1
+                if held.any():
+                    aux[2][held.to(device)] = -1
                 aux_mask = (aux[2] >= 0) & supervised[aux[2].clamp(min=0)]
             if dist.world > 1:  # every rank divides by the global count; DDP averages, so scale by world
                 total_count = _global_count(global_steps, supervised) if global_steps is not None else _all_count(mask, dist)
@@ -306,7 +307,7 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
                 dist.all_reduce(acc_sums)
                 result = evaluate(model, test, n, depth=eval_depth, batch_size=tc.eval_batch_size, device=device,
                                   reduce=dist.all_reduce, autocast_dtype=dtype)
-                held_result = evaluate(model, valid, n, depth=eval_depth, batch_size=tc.eval_batch_size, device=device,
+                valid_result = evaluate(model, valid, n, depth=eval_depth, batch_size=tc.eval_batch_size, device=device,
                                        reduce=dist.all_reduce, autocast_dtype=dtype)
                 loss_sum, correct, count_sum, new_overlap = acc_sums.tolist()
                 acc_sums.zero_()
@@ -320,8 +321,8 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
                     "train_loss": loss_sum / max(count_sum, 1),
                     "train_acc": correct / max(count_sum, 1),
                     "train_overlap": overlap,
-                    "valid_acc": held_result["acc"],
-                    "valid_acc_supervised": _supervised_mean(held_result, supervised),
+                    "valid_acc": valid_result["acc"],
+                    "valid_acc_supervised": _supervised_mean(valid_result, supervised),
                     "test_acc": result["acc"], "test_loss": result["loss"],
                     "test_acc_supervised": _supervised_mean(result, supervised),
                     "test_acc_per_step": result["acc_per_step"], "test_loss_per_step": result["loss_per_step"],
