@@ -88,7 +88,7 @@ def test_minilm_hidden_states_equal_transformers_bertmodel():
     from legolab.models.hf import minilm_path
     from legolab.training.runs import load_source
 
-    _, task, model = load_source("minilm", n=12)
+    _, task, model = load_source("minilm", task={"name": "lego", "n": 12})
     x = torch.from_numpy(task.sample("test", range(4)).tokens).long()
     ref = BertModel.from_pretrained(str(minilm_path()), attn_implementation="eager").eval()
     with torch.no_grad():

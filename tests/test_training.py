@@ -105,7 +105,7 @@ def test_cli_train_eval_plot_and_refusals(tiny_config, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("override,message", [
-    ("train.n_tr=9", "train.n_tr: must be between 0 and task.n=4"),
+    ("train.n_tr=9", "train.n_tr: must be between 0 and 4, the task's 4 steps"),
     ("task.group=q8", "unknown group"),
     ("train.lr=0", "train.lr: must be positive"),
     ("train.lr=-1e-3", "train.lr: must be positive"),

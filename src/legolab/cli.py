@@ -20,12 +20,16 @@ class _Parser(argparse.ArgumentParser):
 
 # ---- data ---------------------------------------------------------------------------------
 def cmd_tasks(args) -> int:
+    from dataclasses import fields
+
     from .groups import GROUPS
     from .tasks import TASKS
 
     print("tasks:")
     for name, cls in TASKS.items():
+        options = ", ".join(f"{f.name}={f.default!r}" for f in fields(cls.config_class))
         print(f"  {name:10s} {(cls.__doc__ or cls.__module__).strip().splitlines()[0]}")
+        print(f"  {'':10s} options: {options}")
     print("groups (--group):")
     for name, desc in GROUPS.items():
         print(f"  {name:16s} {desc}")
@@ -52,37 +56,45 @@ def cmd_configs(args) -> int:
     return 0
 
 
+def _task_values(name: str, pairs: list[str], **flags) -> dict:
+    """A task's config values from ``key=value`` pairs (``task.`` optional) and shorthand flags
+    (--group, --n, ...; None when not given)."""
+    import yaml
+
+    values = {k: v for k, v in flags.items() if v is not None}
+    for item in pairs:
+        if "=" not in item:
+            raise LegoError(f"unexpected argument {item!r}: task options look like n=8 or task.group=d3")
+        key, value = item.split("=", 1)
+        values[key.strip().removeprefix("task.")] = yaml.safe_load(value)
+    return {"name": name, **values}
+
+
+def _make_task(values: dict, seed: int):
+    from .tasks import make_task, task_config
+
+    values = dict(values)
+    name = values.pop("name")
+    return make_task(name, task_config(name, **values), seed=seed)
+
+
 def cmd_generate(args) -> int:
     import numpy as np
 
     from .io import atomic_path
-    from .tasks import LegoTask, task_config
-    from .tasks.lego_text import format_sentence
 
     _check_non_negative(args, "count", "start", "seed")
-    task = LegoTask(task_config("lego", group=args.group, n=args.n, n_vars=args.n_vars, n_min=args.n_min), seed=args.seed)
-    if args.notation == "code" and task.group.names != ("+", "-"):
-        raise LegoError("--notation code (val/not) is only defined for the sign group")
+    task = _make_task(_task_values(args.task, args.options, group=args.group, n=args.n, n_vars=args.n_vars,
+                                   n_min=args.n_min), args.seed)
+    task.format_example(task.sample(args.split, [0]), 0, args.notation)  # options the task refuses fail now
 
     def lines(lo: int, hi: int):
         batch = task.sample(args.split, np.arange(lo, hi))
         for i in range(len(batch)):
-            clauses = task.clauses(batch.tokens[i])
-            answers = task.answers(batch, i)
             if args.format == "jsonl":
-                m = len(clauses)
-                yield json.dumps({
-                    "index": lo + i,
-                    "sentence": format_sentence(clauses, args.notation),
-                    "chain": [v for v, _ in answers],
-                    "values": {v: x for v, x in answers},
-                    "steps": batch.steps[i, :m].tolist(),
-                    "positions": batch.positions[i, :m].tolist(),
-                    "ops": [task.group.names[g] for g in batch.meta["ops"][i, :m]],
-                    "tokens": batch.tokens[i].tolist(),
-                }) + "\n"
+                yield json.dumps({"index": lo + i, **task.describe_example(batch, i, args.notation)}) + "\n"
             else:
-                yield format_sentence(clauses, args.notation) + "\t" + " ".join(f"{v}:{x}" for v, x in answers) + "\n"
+                yield task.format_example(batch, i, args.notation) + "\n"
 
     def write(out) -> None:
         """Chunk by chunk: constant memory however large --count is; a bar on a terminal."""
@@ -111,17 +123,17 @@ def cmd_generate(args) -> int:
 
 
 def cmd_solve(args) -> int:
-    """One sentence as the argument: its chain, one variable per line. ``-``: one sentence per
-    stdin line (text after a tab is ignored, so ``generate`` output feeds back), answered in
-    ``generate``'s text format."""
+    """One example as the argument: its answers in full (LEGO: the chain, one variable per line).
+    ``-``: one example per stdin line (text after a tab is ignored, so ``generate`` output feeds
+    back), answered in ``generate``'s text format."""
     from .errors import ParseError
-    from .groups import get_group
-    from .tasks.lego_text import format_sentence, parse_sentence, solve
+    from .tasks import supports
 
-    group = get_group(args.group)
+    task = _make_task(_task_values(args.task, args.options, group=args.group), 0)
+    if not supports(task, "solve_text"):
+        raise LegoError(f"--task {args.task}: this task has no text form to solve")
     if args.sentence != "-":
-        for step, (var, value) in enumerate(solve(parse_sentence(args.sentence, group), group)):
-            print(f"#{step} {var} = {group.value_names[value]}")
+        print(task.solve_text(args.sentence, verbose=True))
         return 0
     out = []
     for number, line in enumerate(sys.stdin, 1):
@@ -129,11 +141,9 @@ def cmd_solve(args) -> int:
         if not sentence:
             continue
         try:
-            clauses = parse_sentence(sentence, group)
-            chain = solve(clauses, group)
+            out.append(task.solve_text(sentence) + "\n")
         except ParseError as e:
             raise ParseError(f"line {number}: {e}") from None
-        out.append(format_sentence(clauses) + "\t" + " ".join(f"{v}:{group.value_names[x]}" for v, x in chain) + "\n")
         if len(out) >= 10_000:
             sys.stdout.write("".join(out))
             out.clear()
@@ -214,40 +224,51 @@ def _check_depth(depth: int | None, model) -> None:
 def cmd_eval(args) -> int:
     import torch
 
-    from .tasks import make_task, task_config
+    from .tasks import supports
     from .training.data import TensorBatch
     from .training.evaluate import evaluate
     from .training.runs import load_run
 
     _check_non_negative(args, "seed", "threads", positive=("count",))
     cfg, task, model = load_run(args.run, args.checkpoint)
-    values = {k: v for k, v in cfg.task.items() if k != "name"}
+    # the run's task with any changed options, drawn from the evaluation seed
+    new_task = _make_task({**cfg.task, **_task_values(cfg.task_name, args.options, group=args.group, n_vars=args.n_vars)},
+                          args.seed)
     if args.n is not None:
-        values["n"] = args.n
-        values["n_vars"] = max(values.get("n_vars", 26), args.n) if args.n_vars is None else args.n_vars
-    if args.group is not None:
-        values["group"] = args.group
-    new_task = make_task(cfg.task.get("name", "lego"), task_config(cfg.task.get("name", "lego"), **values), seed=args.seed)
+        if not supports(new_task, "with_length"):
+            raise LegoError(f"--n: task {cfg.task_name!r} has no length variants")
+        new_task = new_task.with_length(args.n)
     if len(new_task.vocab) != model.vocab_size or new_task.num_classes != model.num_classes:
         raise LegoError(f"{args.run}: the model reads {model.vocab_size} token ids and predicts {model.num_classes} classes; "
                         f"this task has {len(new_task.vocab)} and {new_task.num_classes}")
     if new_task.seq_len > cfg.model.max_len:
-        raise LegoError(f"--n {args.n}: sentences of {new_task.seq_len} tokens exceed the model's max_len {cfg.model.max_len}")
+        raise LegoError(f"the task's examples have {new_task.seq_len} tokens, more than the model's max_len {cfg.model.max_len}")
     _check_depth(args.depth, model)
     torch.set_num_threads(args.threads or torch.get_num_threads())
     data = TensorBatch.from_batch(new_task.sample("test", range(args.count)))
     depth = args.depth or cfg.train.eval_depth or None
     r = evaluate(model, data, new_task.num_steps, depth=depth)
+    task_values = {"name": cfg.task_name, **_config_values(new_task)}
     if args.json:
-        print(json.dumps({"run": args.run, "checkpoint": args.checkpoint, "task": values, "depth": depth, **r}))
+        print(json.dumps({"run": args.run, "checkpoint": args.checkpoint, "task": task_values, "depth": depth, **r}))
         return 0
-    supervised = set(cfg.train.supervised_steps(cfg.task_config().n))
-    print(f"{args.run} ({args.checkpoint}) on {values.get('group', 'sign')} n={new_task.num_steps}, "
-          f"{args.count} test sentences, depth {depth or cfg.model.n_layers}: accuracy {r['acc']:.4f}")
-    print("variable  supervised  accuracy    loss")
+    supervised = set(cfg.train.supervised_steps(task.num_steps))
+    described = " ".join(f"{k}={v}" for k, v in task_values.items() if v is not None)
+    print(f"{args.run} ({args.checkpoint}) on {described}, {args.count} test examples, "
+          f"depth {depth or cfg.model.n_layers}: accuracy {r['acc']:.4f}")
+    print(f"{new_task.step_name:9s} supervised  accuracy    loss")
     for i, (a, l) in enumerate(zip(r["acc_per_step"], r["loss_per_step"])):
-        print(f"#{i:<8d} {'yes' if i in supervised else '':10s} {a:9.4f} {l:7.4f}")
+        if a is None:
+            print(f"#{i:<8d} {'yes' if i in supervised else '':10s} {'-':>9s} {'-':>7s}")
+        else:
+            print(f"#{i:<8d} {'yes' if i in supervised else '':10s} {a:9.4f} {l:7.4f}")
     return 0
+
+
+def _config_values(task) -> dict:
+    from dataclasses import asdict
+
+    return asdict(task.config)
 
 
 def cmd_plot(args) -> int:
@@ -269,6 +290,16 @@ def _out_dir(args):
     return Path(args.source) / "analysis"
 
 
+def _analysis_task(args) -> dict | None:
+    """The task a pretrained source is read on; None for a run directory (its own task)."""
+    values = _task_values(args.task, args.options, group=args.group, n=args.n)
+    if args.source == "minilm" or args.source.startswith("hf:"):
+        return values
+    if set(values) - {"name"} or args.task != "lego":
+        raise LegoError(f"{args.source}: a run directory is analysed on its own task; task options are for minilm/hf:PATH")
+    return None
+
+
 def _analysis_depth(args, cfg, model) -> int:
     _check_depth(args.depth, model)
     return args.depth or (cfg.train.eval_depth if cfg else 0) or model.cfg.n_layers
@@ -283,7 +314,7 @@ def cmd_analyze_attention(args) -> int:
     from .training.runs import load_source
 
     _check_non_negative(args, "seed", "threads", "window", positive=("count",))
-    cfg, task, model = load_source(args.source, args.checkpoint, args.group, args.n, args.seed)
+    cfg, task, model = load_source(args.source, args.checkpoint, _analysis_task(args), args.seed)
     torch.set_num_threads(args.threads or torch.get_num_threads())
     depth = _analysis_depth(args, cfg, model)
     tokens = torch.from_numpy(task.sample("analysis", range(args.count)).tokens).long()
@@ -340,7 +371,7 @@ def cmd_analyze_probe(args) -> int:
     from .training.runs import load_source
 
     _check_non_negative(args, "seed", "threads", positive=("train", "test"))
-    cfg, task, model = load_source(args.source, args.checkpoint, args.group, args.n, args.seed)
+    cfg, task, model = load_source(args.source, args.checkpoint, _analysis_task(args), args.seed)
     torch.set_num_threads(args.threads or torch.get_num_threads())
     depth = _analysis_depth(args, cfg, model)
     grid = probe_grid(model, task, args.train, args.test, depth=depth, seed=args.seed)
@@ -460,17 +491,19 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("configs", help="list the configs shipped with legolab (usable by name: cpu/bert)")
     s.set_defaults(func=cmd_configs)
 
-    s = sub.add_parser("generate", help="print or write LEGO sentences with answers and chain indices")
-    s.add_argument("--group", default="sign", help="sign|z2 (Task 1), d3 (Task 2), zK, dK, sK or a Cayley-table file")
-    s.add_argument("--n", type=int, default=12, help="clauses per sentence")
-    s.add_argument("--n-min", type=int, default=None, help="draw each length uniformly from [n-min, n]")
-    s.add_argument("--n-vars", type=int, default=26, help="size of the variable alphabet")
+    s = sub.add_parser("generate", help="print or write a task's examples with their answers and step indices")
+    s.add_argument("options", nargs="*", metavar="[key=value ...]", help="task options such as n=8 group=d3")
+    s.add_argument("--task", default="lego", help="a registered task (`legolab tasks` lists them)")
+    s.add_argument("--group", help="LEGO: sign|z2 (Task 1), d3 (Task 2), zK, dK, sK or a Cayley-table file")
+    s.add_argument("--n", type=int, help="LEGO: clauses per sentence (default 12)")
+    s.add_argument("--n-min", type=int, default=None, help="LEGO: draw each length uniformly from [n-min, n]")
+    s.add_argument("--n-vars", type=int, help="LEGO: size of the variable alphabet (default 26)")
     s.add_argument("--count", type=int, default=5)
     s.add_argument("--start", type=int, default=0, help="index of the first example")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--split", default="train", help="random stream: train, test, or any name")
     s.add_argument("--format", choices=["text", "jsonl"], default="text")
-    s.add_argument("--notation", choices=["paper", "code"], default="paper", help="code: 'a = val 1 ,' (sign group)")
+    s.add_argument("--notation", choices=["paper", "code"], help="LEGO: paper (default) or code: 'a = val 1 ,' (sign group)")
     s.add_argument("--out", help="write to this file (atomically) instead of stdout")
     s.set_defaults(func=cmd_generate)
 
@@ -485,11 +518,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-progress", action="store_true", help="a line per evaluation instead of a live bar")
     s.set_defaults(func=cmd_train)
 
-    s = sub.add_parser("eval", help="evaluate a run's checkpoint, possibly on other chain lengths or groups")
+    s = sub.add_parser("eval", help="evaluate a run's checkpoint, possibly on other lengths, groups or task options")
     s.add_argument("run")
-    s.add_argument("--n", type=int, help="chain length (default: the training length)")
-    s.add_argument("--n-vars", type=int, help="variable alphabet size (default: the training one)")
-    s.add_argument("--group", help="another group of the same order")
+    s.add_argument("options", nargs="*", metavar="[key=value ...]", help="changed task options, such as group=z3")
+    s.add_argument("--n", type=int, help="length (LEGO: clauses; default: the training length)")
+    s.add_argument("--n-vars", type=int, help="LEGO: variable alphabet size (default: the training one)")
+    s.add_argument("--group", help="LEGO: another group of the same order")
     s.add_argument("--depth", type=int, help="layers to apply (ALBERT: any depth)")
     s.add_argument("--checkpoint", choices=["best", "last"], default="last")
     s.add_argument("--count", type=int, default=2000, help="test sentences")
@@ -511,8 +545,10 @@ def build_parser() -> argparse.ArgumentParser:
         a.add_argument("source", metavar="RUN", help="a run directory, minilm, or hf:PATH (a pretrained model as is)")
         a.add_argument("--checkpoint", choices=["best", "last"], default="last")
         a.add_argument("--depth", type=int, help="layers to apply (default: the run's eval depth)")
-        a.add_argument("--group", default="sign", help="for minilm/hf: the LEGO group")
-        a.add_argument("--n", type=int, default=12, help="for minilm/hf: chain length")
+        a.add_argument("options", nargs="*", metavar="[key=value ...]", help="for minilm/hf: task options (n=12 group=d3)")
+        a.add_argument("--task", default="lego", help="for minilm/hf: the task to read (default lego)")
+        a.add_argument("--group", help="for minilm/hf: the LEGO group (default sign)")
+        a.add_argument("--n", type=int, help="for minilm/hf: LEGO chain length (default 12)")
         a.add_argument("--seed", type=int, default=0)
         a.add_argument("--threads", type=int, default=0)
         a.add_argument("--out", help="output directory (default: RUN/analysis)")
@@ -571,9 +607,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--runs", default="runs")
     s.set_defaults(func=cmd_demo)
 
-    s = sub.add_parser("solve", help="solve a sentence: print every variable's value in chain order")
+    s = sub.add_parser("solve", help="solve an example given as text (LEGO: every variable's value in chain order)")
     s.add_argument("sentence", help="e.g. 'a=+1; b=-a; c=+b' or 'a = val 1 , b = not a ,'; - reads stdin")
-    s.add_argument("--group", default="sign")
+    s.add_argument("options", nargs="*", metavar="[key=value ...]", help="task options such as group=d3")
+    s.add_argument("--task", default="lego", help="a registered task (`legolab tasks` lists them)")
+    s.add_argument("--group", help="LEGO: the group (default sign)")
     s.set_defaults(func=cmd_solve)
     return p
 
@@ -583,8 +621,10 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     # key=value overrides may come after options: `legolab train cfg.yaml --name x train.lr=1e-3`
     if extra:
-        if isinstance(getattr(args, "config", None), list) and all("=" in e and not e.startswith("-") for e in extra):
-            args.config += extra
+        listed = getattr(args, "config", None)
+        listed = listed if isinstance(listed, list) else getattr(args, "options", None)
+        if isinstance(listed, list) and all("=" in e and not e.startswith("-") for e in extra):
+            listed += extra
         else:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:

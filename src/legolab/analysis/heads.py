@@ -2,14 +2,15 @@
 
 For an attention map A (rows: queries, sum to 1) of one head on one sentence:
 
-association   mean over variable tokens that occur twice of the mass on the other occurrence(s)
-              of the same token, the diagonal excluded (a variable's use <-> its assignment);
+association   mean over query tokens (the task's ``query`` role; LEGO: variable names) that occur
+              twice of the mass on the other occurrence(s) of the same token, the diagonal
+              excluded (a variable's use <-> its assignment);
 manipulation  mean over tokens of the mass within ``window`` positions of the diagonal (the
               local, convolution-like operator);
 shift         how shift-invariant the local pattern is: 1 - mean total-variation distance between
               each row's renormalised local profile A[i, i-w..i+w] and the mean profile (1 for a
               band, lower for position-specific patterns);
-broadcast     mean over tokens of the mass on the BOS and EOS tokens.
+broadcast     mean over tokens of the mass on the task's boundary tokens (LEGO: BOS and EOS).
 
 A head is called an association head when association >= ASSOCIATION_HEAD (0.5: half its mass
 on the matching token, against ~2/T for uniform attention), a manipulation head when
@@ -75,9 +76,9 @@ def classify(scores: dict[str, float]) -> str:
 def score_model(model, task, tokens: torch.Tensor, depth: int | None = None, window: int = 2, batch_size: int = 100):
     """Scores of every head of every layer: dict of (layers, heads) tensors, averaged over tokens."""
     depth = depth or model.cfg.n_layers
-    vocab = task.vocab
-    var_ids = torch.tensor([i for i, t in enumerate(vocab.tokens) if t in set(getattr(task, "variables", []))])
-    special_ids = torch.tensor([vocab["[BOS]"], vocab["[EOS]"]])
+    roles = task.token_roles()
+    var_ids = torch.tensor(roles["query"], dtype=torch.long)
+    special_ids = torch.tensor(roles["special"], dtype=torch.long)
     sums, count = None, 0
     for lo in range(0, len(tokens), batch_size):
         x = tokens[lo:lo + batch_size].long()

@@ -1,8 +1,8 @@
 """Per-layer linear probes (the paper's Q2, Fig. 4).
 
-For a frozen model, take the hidden state of every layer (the embedding output is layer 0) at the
-read-out token of every chain variable, and train a linear classifier per (layer, chain index)
-to predict that variable's value. Accuracy on held-out sentences forms a layers x chain-index
+For a frozen model, take the hidden state of every layer (the embedding output is layer 0) at
+every read-out token, and train a linear classifier per (layer, step index) to predict the
+read-out's target (LEGO: a variable's value, by chain index). Accuracy on held-out sentences forms a layers x chain-index
 grid: in a model that iterates, variable #k becomes decodable around layer k.
 
 All (layer, index) probes train at once as one batched linear map with Adam (full batch).
@@ -13,22 +13,29 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..errors import LegoError
+
 
 @torch.no_grad()
-def collect_features(model, tokens, positions, steps, num_steps: int, depth: int | None = None, batch_size: int = 200):
-    """(layers+1, N, num_steps, d) hidden states at each chain variable's read-out token."""
+def collect_features(model, tokens, positions, depth: int | None = None, batch_size: int = 200):
+    """(layers+1, N, P, d) hidden states at every read-out position (the embedding output first)."""
     depth = depth or model.cfg.n_layers
     names = ["blocks.0.hook_resid_pre"] + [f"blocks.{l}.hook_resid_post" for l in range(depth)]
     out = []
     for lo in range(0, len(tokens), batch_size):
-        x, pos, st = tokens[lo:lo + batch_size].long(), positions[lo:lo + batch_size], steps[lo:lo + batch_size]
+        x, pos = tokens[lo:lo + batch_size].long(), positions[lo:lo + batch_size]
         _, cache = model.run_with_cache(x, names, depth=depth)
-        # order read-outs by chain index: slot of chain index c
-        order = torch.argsort(st.masked_fill(st < 0, num_steps), dim=1)[:, :num_steps]
-        chain_pos = torch.gather(pos, 1, order)
-        feats = [torch.gather(cache[n], 1, chain_pos[..., None].expand(-1, -1, cache[n].shape[-1])) for n in names]
-        out.append(torch.stack(feats))
+        out.append(torch.stack([torch.gather(cache[n], 1, pos[..., None].expand(-1, -1, cache[n].shape[-1])) for n in names]))
     return torch.cat(out, dim=1)
+
+
+def step_groups(steps: torch.Tensor, num_steps: int, count: int | None = None) -> list[torch.Tensor]:
+    """For each step index, the flat (example, read-out) indices of its read-outs in example
+    order, cut to a common count (the smallest, or ``count``) so the probes train as one batch."""
+    flat = steps.reshape(-1)
+    groups = [torch.nonzero(flat == s).squeeze(1) for s in range(num_steps)]
+    m = min(len(g) for g in groups) if count is None else count
+    return [g[:m] for g in groups]
 
 
 def train_probes(train_x, train_y, test_x, test_y, num_classes: int, epochs: int = 300, lr: float = 1e-2,
@@ -57,19 +64,28 @@ def train_probes(train_x, train_y, test_x, test_y, num_classes: int, epochs: int
 
 def probe_grid(model, task, n_train: int = 2000, n_test: int = 1000, depth: int | None = None, seed: int = 0,
                epochs: int = 300) -> torch.Tensor:
-    """(layers+1, chain index) accuracy of linear probes for each variable's value."""
+    """(layers+1, step) accuracy of linear probes for each read-out's target, by step index (LEGO:
+    a variable's value by chain index). Steps are balanced: each gets as many read-outs as the
+    rarest step has in the training examples."""
     from ..training.data import TensorBatch
 
     model.eval()
     n = task.num_steps
-    out = {}
+    data = {}
     for split, count in (("probe-train", n_train), ("probe-test", n_test)):
-        raw = task.sample(split, range(count))
-        b = TensorBatch.from_batch(raw)
-        feats = collect_features(model, b.tokens, b.positions, b.steps, n, depth)   # (L+1, N, n, d)
-        labels = torch.from_numpy(raw.meta["values"].astype("int64"))               # (N, n) chain order
+        b = TensorBatch.from_batch(task.sample(split, range(count)))
+        feats = collect_features(model, b.tokens, b.positions, depth).flatten(1, 2)   # (L+1, N*P, d)
+        data[split] = feats, b.targets.reshape(-1), b.steps
+    m = min(len(g) for g in step_groups(data["probe-train"][2], n))
+    m_test = min(len(g) for g in step_groups(data["probe-test"][2], n))
+    if m == 0 or m_test == 0:
+        raise LegoError(f"probe: some step of task {task.name!r} has no read-outs in {n_train} / {n_test} examples; "
+                        "probe more examples")
+    out = {}
+    for split, size in (("probe-train", m), ("probe-test", m_test)):
+        feats, targets, steps = data[split]
+        idx = torch.stack(step_groups(steps, n, size))                                 # (n, size)
         L1 = feats.shape[0]
-        out[split] = (feats.permute(0, 2, 1, 3).reshape(L1 * n, count, -1),
-                      labels.T.unsqueeze(0).expand(L1, n, count).reshape(L1 * n, count))
+        out[split] = (feats[:, idx].reshape(L1 * n, size, -1), targets[idx].unsqueeze(0).expand(L1, n, size).reshape(L1 * n, size))
     acc = train_probes(*out["probe-train"], *out["probe-test"], num_classes=task.num_classes, epochs=epochs, seed=seed)
     return acc.view(-1, n)

@@ -193,7 +193,7 @@ class Encoder(nn.Module):
     """Encoder + token-classification head read at the given positions."""
 
     def __init__(self, cfg: ModelConfig, vocab_size: int, num_classes: int, input_map: torch.Tensor | None = None,
-                 special_ids: tuple[int, int] = (1, 2)):
+                 special_ids: tuple[int, ...] = (1, 2)):
         """``input_map`` (task vocabulary -> embedding row) lets a model with another vocabulary
         (WordPiece) read task ids; analyses keep seeing the task's own ids. ``special_ids`` are
         the BOS and EOS ids that LEGO attention broadcasts from."""
@@ -254,7 +254,8 @@ class Encoder(nn.Module):
             raise ValueError(f"depth {depth} is outside 1..{self.max_depth() or 'any'}")
         if tokens.shape[1] > self.cfg.max_len:
             raise ValueError(f"sequence length {tokens.shape[1]} exceeds max_len {self.cfg.max_len}")
-        ctx = Context(tokens, key_padding, cache, scaffold=scaffold, bos_id=self.special_ids[0], eos_id=self.special_ids[1])
+        bos, eos = self.special_ids if len(self.special_ids) == 2 else (-1, -1)  # -1: a task without boundary tokens
+        ctx = Context(tokens, key_padding, cache, scaffold=scaffold, bos_id=bos, eos_id=eos)
         x = self.embed(tokens if self.input_map is None else self.input_map[tokens])
         if ctx.wants("blocks.0.hook_resid_pre"):
             cache["blocks.0.hook_resid_pre"] = x
@@ -294,7 +295,10 @@ class Encoder(nn.Module):
 
 def build_model(cfg: ModelConfig, task) -> Encoder:
     """The encoder for ``task``: its own vocabulary, or WordPiece ids through an input map."""
-    specials = (task.vocab["[BOS]"], task.vocab["[EOS]"])
+    specials = tuple(task.special_ids)
+    if cfg.attention.startswith("lego") and len(specials) != 2:
+        raise ConfigError(f"model.attention={cfg.attention}: LEGO attention broadcasts from two boundary tokens "
+                          f"(BOS, EOS); task {task.name!r} has {len(specials)}")
     if cfg.tokenizer == "wordpiece":
         from .hf import wordpiece_ids, wordpiece_vocab
 

@@ -1,19 +1,30 @@
-"""What every task provides: a vocabulary, batches of token ids with read-out positions, targets
-and step indices, and counter-based randomness so that example i of a split is the same however
-a dataset is batched or sliced.
+"""The task contract: what every task provides, and nothing downstream assumes more.
 
-A task says what each read-out position must predict (``targets``), where it is read
-(``positions``) and which reasoning step it belongs to (``steps``: for LEGO the chain index), so
-training can supervise a subset of steps and evaluation can report accuracy per step.
+A task is one file in this package that defines a config dataclass (with ``validate()``) and a
+``Task`` subclass, and registers the pair with ``@register_task`` (the package imports every
+module, so no other file changes). The task says
+
+- what each read-out position must predict (``targets``), where it is read (``positions``) and
+  which reasoning step it belongs to (``steps``: LEGO's chain index, a ListOps node's depth), so
+  training can supervise a subset of steps and evaluation reports accuracy per step;
+- its vocabulary (id 0 is always ``[PAD]``), sequence length, classes and boundary tokens;
+- its default sizes (training / test set, supervised steps);
+- optionally: shorter or longer variants (``with_length``, for curricula and extrapolation),
+  token roles analyses may ask for, extra read-outs (``operand_readouts``) and a text form.
+
+Randomness is counter-based: example i of a split is the same however a dataset is batched or
+sliced.
 """
 
 from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 import numpy as np
+
+from ..errors import ConfigError
 
 PAD, BOS, EOS = "[PAD]", "[BOS]", "[EOS]"
 # Token ids are int32: half the memory traffic of int64, and torch embeddings take them.
@@ -21,11 +32,13 @@ TOKEN_DTYPE = np.int32
 
 
 class Vocab:
-    """Token strings <-> ids. Id 0 is always padding."""
+    """Token strings <-> ids. Id 0 is always padding (models and evaluation rely on it)."""
 
     def __init__(self, tokens: list[str]):
         if len(set(tokens)) != len(tokens):
             raise ValueError("duplicate tokens in vocabulary")
+        if not tokens or tokens[0] != PAD:
+            raise ValueError(f"a vocabulary starts with {PAD} (id 0 is padding)")
         self.tokens = list(tokens)
         self.ids = {t: i for i, t in enumerate(self.tokens)}
 
@@ -73,21 +86,80 @@ class Batch:
                      {k: np.concatenate([b.meta[k] for b in batches]) for k in batches[0].meta})
 
 
-class Task(Protocol):
-    """The interface training and analysis rely on."""
+class Task:
+    """The interface training, evaluation and analysis rely on; subclass it and register it.
+
+    Required: ``name``, ``config_class``, ``__init__(config, seed)`` setting ``vocab``,
+    ``num_classes``, ``num_steps`` and ``seq_len``, and ``sample``. The rest has defaults.
+    """
 
     name: ClassVar[str]
+    config_class: ClassVar[type]   # a dataclass with validate() raising ConfigError
+    step_name: ClassVar[str] = "step"  # what a step index is, in reports ("variable", "depth", ...)
     vocab: Vocab
-    num_classes: int       # classes a read-out predicts
-    num_steps: int         # distinct step indices (LEGO: chain length n)
-    seq_len: int           # token length of every example (max length if variable)
+    num_classes: int               # classes a read-out predicts
+    num_steps: int                 # distinct step indices (LEGO: chain length n)
+    seq_len: int                   # token length of every example (max length if examples are padded)
+    special_ids: tuple[int, ...] = ()  # boundary tokens (LEGO: BOS, EOS), which LEGO attention broadcasts from
 
-    def sample(self, split: str, indices: np.ndarray) -> Batch:
-        """Examples ``indices`` of ``split``; example i depends only on (config, split, i)."""
-        ...
+    def __init__(self, config, seed: int = 0):
+        config.validate()
+        self.config, self.seed = config, seed
+
+    def sample(self, split: str, indices) -> Batch:
+        """Examples ``indices`` of ``split``; example i depends only on (config, seed, split, i)."""
+        raise NotImplementedError
 
     def class_names(self) -> list[str]:
-        ...
+        return [str(i) for i in range(self.num_classes)]
+
+    def default_sizes(self) -> dict[str, int]:
+        """Unset ``train.train_size`` / ``train.test_size`` / ``train.n_tr`` (0: every step)."""
+        return {"train_size": 10_000, "test_size": 1_000, "n_tr": 0}
+
+    def with_length(self, num_steps: int, seed: int | None = None) -> Task:
+        """The same task (same vocabulary and classes) with ``num_steps`` steps: curricula, mixed
+        lengths and length extrapolation use it. Tasks without length variants leave it out."""
+        raise NotImplementedError
+
+    def token_roles(self) -> dict[str, list[int]]:
+        """Token ids by role, for analyses: ``query`` are the tokens whose repeats association
+        scores look at (LEGO: variable names), ``special`` the boundary tokens."""
+        specials = set(self.special_ids)
+        return {"query": [i for i in range(1, len(self.vocab)) if i not in specials], "special": list(self.special_ids)}
+
+    # operand_readouts(batch) -> (positions, targets, steps): extra read-outs of intermediate
+    # values, for train.aux_operand; defined only by tasks that have them (LEGO).
+
+    def format_example(self, batch: Batch, i: int, notation: str | None = None) -> str:
+        """One line of text for example i: its tokens, a tab, and each step's answer."""
+        if notation is not None:
+            raise ConfigError(f"--notation: task {self.name!r} has one text form")
+        words = [t for t in self.vocab.decode(batch.tokens[i]) if t != PAD]
+        names = self.class_names()
+        answers = [f"{self.step_name}{int(s)}@{int(p)}:{names[int(t)]}"
+                   for p, t, s in zip(batch.positions[i], batch.targets[i], batch.steps[i]) if s >= 0]
+        return " ".join(words) + "\t" + " ".join(answers)
+
+    def describe_example(self, batch: Batch, i: int, notation: str | None = None) -> dict:
+        """Example i as a JSON-able record."""
+        valid = batch.steps[i] >= 0
+        names = self.class_names()
+        return {"tokens": batch.tokens[i].tolist(), "text": self.format_example(batch, i, notation).split("\t")[0],
+                "positions": batch.positions[i][valid].tolist(), "steps": batch.steps[i][valid].tolist(),
+                "targets": [names[int(t)] for t in batch.targets[i][valid]]}
+
+    def solve_text(self, line: str, verbose: bool = False) -> str:
+        """Parse one example in the task's text form and answer it with an independent evaluator
+        (``legolab solve --task NAME``) in ``format_example``'s form, or in full (``verbose``);
+        errors are ParseError naming the place and the reason."""
+        raise NotImplementedError
+
+
+def supports(task: Task, method: str) -> bool:
+    """Whether ``task`` implements an optional part of the contract."""
+    impl = getattr(type(task), method, None)
+    return impl is not None and impl is not getattr(Task, method, None)
 
 
 # ---- per-index randomness -----------------------------------------------------------------

@@ -12,6 +12,7 @@ starts at position 1 + 5 j, and that token (the assigned variable) is where its 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import string
 from concurrent.futures import ThreadPoolExecutor
@@ -22,8 +23,9 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..groups import ROOT_TOKEN, Group, get_group
-from .base import BOS, EOS, PAD, TOKEN_DTYPE, Batch, Vocab, random_permutations, random_u32, random_words, uniform_ints
-from .lego_text import Clause
+from . import register_task
+from .base import BOS, EOS, PAD, TOKEN_DTYPE, Batch, Task, Vocab, random_permutations, random_u32, random_words, uniform_ints
+from .lego_text import Clause, format_sentence, parse_sentence, solve
 
 CLAUSE_LEN = 5
 EQ, SEMI = "=", ";"
@@ -56,16 +58,16 @@ class LegoConfig:
         get_group(self.group)
 
 
-class LegoTask:
+@register_task
+class LegoTask(Task):
     """LEGO sentences over a finite group: predict every variable's value (paper section 2)."""
 
     name: ClassVar[str] = "lego"
     config_class: ClassVar[type] = LegoConfig
+    step_name: ClassVar[str] = "variable"
 
     def __init__(self, config: LegoConfig, seed: int = 0):
-        config.validate()
-        self.config = config
-        self.seed = seed
+        super().__init__(config, seed)
         self.group: Group = get_group(config.group)
         self.variables = variable_names(config.n_vars)
         self.vocab = Vocab([PAD, BOS, EOS, EQ, SEMI, ROOT_TOKEN, *self.group.names, *self.variables])
@@ -74,9 +76,24 @@ class LegoTask:
         self.num_classes = self.group.order
         self.num_steps = config.n
         self.seq_len = 2 + CLAUSE_LEN * config.n
+        self.special_ids = (self.vocab[BOS], self.vocab[EOS])
 
     def class_names(self) -> list[str]:
         return list(self.group.value_names)
+
+    def default_sizes(self) -> dict[str, int]:
+        """The paper's sizes: 10^4 n training and 10^3 n test sentences, the first 6 variables supervised."""
+        n = self.config.n
+        return {"train_size": 10_000 * n, "test_size": 1_000 * n, "n_tr": min(6, n)}
+
+    def with_length(self, num_steps: int, seed: int | None = None) -> LegoTask:
+        """Sentences of exactly ``num_steps`` clauses over the same alphabet (grown if a longer
+        chain needs more names, which keeps the ids of the existing ones)."""
+        config = dataclasses.replace(self.config, n=num_steps, n_min=None, n_vars=max(self.config.n_vars, num_steps))
+        return LegoTask(config, seed=self.seed if seed is None else seed)
+
+    def token_roles(self) -> dict[str, list[int]]:
+        return {"query": [self.vocab[v] for v in self.variables], "special": list(self.special_ids)}
 
     def sample(self, split: str, indices) -> Batch:
         """Examples ``indices`` of ``split`` (any split name is its own random stream).
@@ -166,6 +183,28 @@ class LegoTask:
         m = int((batch.steps[i] >= 0).sum())
         return [(self.variables[batch.meta["variables"][i, c]], self.group.value_names[batch.meta["values"][i, c]])
                 for c in range(m)]
+
+    def format_example(self, batch: Batch, i: int, notation: str | None = None) -> str:
+        if notation == "code" and self.group.names != ("+", "-"):
+            raise ConfigError("--notation code (val/not) is only defined for the sign group")
+        answers = self.answers(batch, i)
+        return (format_sentence(self.clauses(batch.tokens[i]), notation or "paper") + "\t"
+                + " ".join(f"{v}:{x}" for v, x in answers))
+
+    def describe_example(self, batch: Batch, i: int, notation: str | None = None) -> dict:
+        answers = self.answers(batch, i)
+        m = len(answers)
+        return {"sentence": format_sentence(self.clauses(batch.tokens[i]), notation or "paper"),
+                "chain": [v for v, _ in answers], "values": {v: x for v, x in answers},
+                "steps": batch.steps[i, :m].tolist(), "positions": batch.positions[i, :m].tolist(),
+                "ops": [self.group.names[g] for g in batch.meta["ops"][i, :m]], "tokens": batch.tokens[i].tolist()}
+
+    def solve_text(self, line: str, verbose: bool = False) -> str:
+        clauses = parse_sentence(line, self.group)
+        chain = solve(clauses, self.group)
+        if verbose:
+            return "\n".join(f"#{step} {var} = {self.group.value_names[value]}" for step, (var, value) in enumerate(chain))
+        return format_sentence(clauses) + "\t" + " ".join(f"{v}:{self.group.value_names[x]}" for v, x in chain)
 
     def encode_clauses(self, clauses: list[Clause]) -> np.ndarray:
         """Token ids of a parsed sentence (for running a model on a user's sentence)."""

@@ -15,7 +15,7 @@ import yaml
 
 from ..errors import ConfigError
 from ..models.encoder import ModelConfig
-from ..tasks import TASKS, task_config
+from ..tasks import TASKS, make_task, task_config
 from .schedule import SCHEDULES
 
 DTYPES = ("auto", "fp32", "bf16")
@@ -24,22 +24,25 @@ LOGS = ("text", "tensorboard")
 
 @dataclass
 class TrainConfig:
-    # supervision: the first n_tr chain variables (0: all), or an explicit list of chain indices
-    n_tr: int = 6
+    # supervision: the first n_tr steps (LEGO: chain variables; 0: all), or an explicit list of
+    # step indices. Unset: the task's default (LEGO: the paper's 6)
+    n_tr: int | None = None
     supervise: list[int] | None = None
     # data: a fixed training set of train_size sentences, or 0 for fresh sentences every step;
-    # a fixed test set. Unset: the paper's 10^4 * n and 10^3 * n.
+    # a fixed test set. Unset: the task's defaults (LEGO: the paper's 10^4 * n and 10^3 * n).
     train_size: int | None = None
     test_size: int | None = None
     # a validation stream (its own split) that chooses the "best" checkpoint; test is only reported.
     # Unset: min(test_size, 1000)
     valid_size: int | None = None
-    # curriculum over chain length (fresh data): stage i trains curriculum_steps[i] steps on
-    # sentences of curriculum_n[i] clauses, then training continues on task.n
+    # curriculum over length (fresh data, tasks with length variants): stage i trains
+    # curriculum_steps[i] steps on examples of curriculum_n[i] steps (LEGO: clauses), then
+    # training continues at the task's full length
     curriculum_n: list[int] | None = None
     curriculum_steps: list[int] | None = None
-    # mixed lengths (fresh data): every batch draws one chain length uniformly from [n_min, task.n],
-    # so short batches cost less and need no padding; 0: all batches at task.n
+    # mixed lengths (fresh data, tasks with length variants): every batch draws one length
+    # uniformly from [n_min, the task's length], so short batches cost less and need no padding;
+    # 0: all batches at full length
     n_min: int = 0
     batch_size: int = 128
     epochs: int = 10                  # passes over the training set (fresh data: eval intervals)
@@ -84,15 +87,25 @@ class TrainConfig:
     threads: int = 0                  # CPU threads per process; 0: all cores / processes
     log: str = "text"                 # text (train.log in the run directory) | tensorboard (also events)
 
-    def validate(self, n: int, model: ModelConfig) -> None:
+    def validate(self, task, model: ModelConfig) -> None:
+        """Against the task's steps and capabilities (``task``: a built task, see tasks.base)."""
+        from ..tasks import supports
+
         def bad(key, why):
             raise ConfigError(f"train.{key}: {why}, got {getattr(self, key)!r}")
 
+        n, steps = task.num_steps, f"the task's {task.num_steps} steps"
         if not 0 <= self.n_tr <= n:
-            bad("n_tr", f"must be between 0 and task.n={n}")
+            bad("n_tr", f"must be between 0 and {n}, {steps}")
         if self.supervise is not None:
             if not self.supervise or any(not isinstance(i, int) or not 0 <= i < n for i in self.supervise):
-                bad("supervise", f"must be a non-empty list of chain indices in 0..{n - 1}")
+                bad("supervise", f"must be a non-empty list of step indices in 0..{n - 1}")
+        lengths = supports(task, "with_length")
+        for key in ("curriculum_n", "n_min"):
+            if getattr(self, key) and not lengths:
+                bad(key, f"task {task.name!r} has no length variants")
+        if self.aux_operand and not supports(task, "operand_readouts"):
+            bad("aux_operand", f"task {task.name!r} has no operand read-outs")
         for key in ("batch_size", "eval_batch_size"):
             if getattr(self, key) < 1:
                 bad(key, "must be a positive integer")
@@ -115,13 +128,13 @@ class TrainConfig:
             if len(self.curriculum_n) != len(self.curriculum_steps) or not self.curriculum_n:
                 bad("curriculum_steps", "must list one step count per curriculum_n entry")
             if any(not 1 <= k <= n for k in self.curriculum_n):
-                bad("curriculum_n", f"chain lengths must be in 1..task.n={n}")
+                bad("curriculum_n", f"lengths must be in 1..{n}, {steps}")
             if any(s < 1 for s in self.curriculum_steps):
                 bad("curriculum_steps", "must be positive")
             if self.train_size:
                 bad("train_size", "a curriculum draws fresh sentences: set train_size to 0")
         if self.n_min and not 1 <= self.n_min <= n:
-            bad("n_min", f"must be between 1 and task.n={n} (0: off)")
+            bad("n_min", f"must be between 1 and {n}, {steps} (0: off)")
         if self.n_min and self.train_size:
             bad("train_size", "mixed lengths (n_min) draw fresh sentences: set train_size to 0")
         if not self.lr > 0:
@@ -229,23 +242,32 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
+    @property
+    def task_name(self) -> str:
+        return self.task.get("name", "lego")
+
     def task_config(self):
         values = dict(self.task)
         return task_config(values.pop("name", "lego"), **values)
 
+    def make_task(self):
+        """The run's task, seeded with the run's seed."""
+        return make_task(self.task_name, self.task_config(), seed=self.seed)
+
     def validate(self) -> None:
         validate_name_and_seed(self.name, self.seed)
-        tc = self.task_config()
-        if self.train.train_size is None:
-            self.train.train_size = 10_000 * tc.n
-        if self.train.test_size is None:
-            self.train.test_size = 1_000 * tc.n
+        task = self.make_task()
+        defaults = task.default_sizes()
+        for key in ("train_size", "test_size", "n_tr"):
+            if getattr(self.train, key) is None:
+                setattr(self.train, key, defaults[key])
         if self.train.valid_size is None:
             self.train.valid_size = min(self.train.test_size, 1000)
         self.model.validate()
-        self.train.validate(tc.n, self.model)
-        if 2 + 5 * tc.n > self.model.max_len:
-            raise ConfigError(f"model.max_len: {self.model.max_len} is shorter than a sentence of task.n={tc.n}")
+        self.train.validate(task, self.model)
+        if task.seq_len > self.model.max_len:
+            raise ConfigError(f"model.max_len: {self.model.max_len} is shorter than the task's examples "
+                              f"({task.seq_len} tokens)")
 
     def to_dict(self) -> dict:
         d = asdict(self)

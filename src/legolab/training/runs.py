@@ -26,7 +26,7 @@ def load_run(run_dir: str | Path, checkpoint: str = "best", device="cpu"):
     path = run_dir / "checkpoints" / f"{checkpoint}.safetensors"
     if not path.is_file():
         raise LegoError(f"{run_dir}: no {checkpoint} checkpoint yet (checkpoints/{checkpoint}.safetensors)")
-    task = make_task(cfg.task.get("name", "lego"), cfg.task_config(), seed=cfg.seed)
+    task = cfg.make_task()
     model = build_model(cfg.model, task)
     tensors, _ = read_checkpoint(path)
     load_model_weights(model, model_weights(tensors), str(path))
@@ -39,15 +39,18 @@ def run_metrics(run_dir: str | Path) -> list[dict]:
     return read_jsonl(run_dir / "metrics.jsonl")
 
 
-def load_source(source: str, checkpoint: str = "last", group: str = "sign", n: int = 12, seed: int = 0):
-    """A run directory, or a pretrained checkpoint (``minilm``, ``hf:PATH``) before fine-tuning
-    (then on LEGO over ``group`` with chain length ``n``). Returns (run config or None, task, model)."""
+def load_source(source: str, checkpoint: str = "last", task: dict | None = None, seed: int = 0):
+    """A run directory, or a pretrained checkpoint (``minilm``, ``hf:PATH``) before fine-tuning,
+    then read on ``task`` (``{"name": ..., **config values}``; default: LEGO, sign group, n = 12).
+    Returns (run config or None, task, model)."""
     if source == "minilm" or source.startswith("hf:"):
         from ..models.hf import load_pretrained_into, model_config_from_hf, read_hf_config, resolve
-        from ..tasks import LegoConfig, LegoTask
+        from ..tasks import task_config
 
         model_cfg = model_config_from_hf(read_hf_config(resolve(source)))
-        task = LegoTask(LegoConfig(group=group, n=n), seed=seed)
+        values = dict(task or {"name": "lego"})
+        name = values.pop("name", "lego")
+        task = make_task(name, task_config(name, **values), seed=seed)
         model = build_model(model_cfg, task)
         load_pretrained_into(model, source, task)
         return None, task, model.eval()

@@ -15,7 +15,6 @@ of supervised read-outs, so K ranks compute the same update as one process.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import math
 import os
@@ -31,7 +30,6 @@ import torch
 from ..errors import Interrupted, LegoError
 from ..io import read_jsonl, write_jsonl, write_text
 from ..models import Encoder, build_model
-from ..tasks import make_task
 from .checkpoint import load_model_weights, model_weights, read_checkpoint, restore_training_state, save_checkpoint
 from .config import RunConfig, config_from_dict, diff_configs, load_config
 from .data import TensorBatch, epoch_permutation, sample_depth
@@ -157,8 +155,7 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
     if tc.batch_size % dist.world:
         raise LegoError(f"train.batch_size: {tc.batch_size} is not divisible by the {dist.world} processes")
 
-    task_cfg = cfg.task_config()
-    task = make_task(cfg.task.get("name", "lego"), task_cfg, seed=cfg.seed)
+    task = cfg.make_task()
     n = task.num_steps
     check_memory(cfg, task, device)
     model = build_model(cfg.model, task).to(device)
@@ -185,16 +182,13 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
     supervised = torch.zeros(n, dtype=torch.bool)
     supervised[tc.supervised_steps(n)] = True
     supervised = supervised.to(device)
-    variable_length = getattr(task_cfg, "n_min", None) is not None
     eval_depth = tc.eval_depth or None
     stages = {n: task}
 
     def stage_task(k: int):
-        """The task at chain length k (a curriculum stage); same vocabulary, own random stream."""
+        """The task at length k (a curriculum stage); same vocabulary, own random stream."""
         if k not in stages:
-            fixed_length = {"n": k, **({"n_min": None} if hasattr(task_cfg, "n_min") else {})}
-            stages[k] = make_task(cfg.task.get("name", "lego"), dataclasses.replace(task_cfg, **fixed_length),
-                                  seed=cfg.seed * 1_000_003 + k)
+            stages[k] = task.with_length(k, seed=cfg.seed * 1_000_003 + k)
         return stages[k]
 
     # state: fresh, or the last checkpoint
@@ -236,7 +230,8 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
     train_step = make_train_step(wrapped, opt, compile=tc.compile, autocast_dtype=dtype)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, total, tc.warmup, tc.schedule, tc.min_lr), last_epoch=step - 1)
 
-    reporter = Reporter(cfg, model, total, supervised.cpu(), init_note, dist.main, progress, step, records, rd)
+    reporter = Reporter(cfg, model, total, supervised.cpu(), init_note, dist.main, progress, step, records, rd,
+                        step_name=task.step_name)
     local = tc.batch_size // dist.world
     t0 = time.perf_counter()
     order, order_epoch = None, -1
@@ -289,7 +284,7 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
                 weights = torch.cat([mask.float(), tc.aux_operand * aux_mask.float()], 1)
                 count = mask.sum().clamp(min=1) if count is None else count
             loss, logits = train_step(batch.tokens, positions, targets, weights, depth=depth, clip=tc.clip,
-                                      normaliser=count, key_padding=batch.key_padding() if variable_length else None,
+                                      normaliser=count, key_padding=batch.key_padding(),
                                       guide=tc.guide_weight(step), scaffold=tc.scaffold_bias(step), deep=tc.deep)
             if aux is not None:
                 logits = logits[:, :P]
@@ -469,10 +464,10 @@ class Reporter:
     """A progress bar with the live per-variable test accuracy (a line per evaluation when the
     output is not a terminal), and a table at the end. Silent on ranks other than 0."""
 
-    def __init__(self, cfg, model, total, supervised, init_note, main, progress, step, records, rd=None):
+    def __init__(self, cfg, model, total, supervised, init_note, main, progress, step, records, rd=None, step_name="step"):
         from rich.console import Console
 
-        self.cfg, self.total, self.supervised, self.rd = cfg, total, supervised, rd
+        self.cfg, self.total, self.supervised, self.rd, self.step_name = cfg, total, supervised, rd, step_name
         self.console = Console(stderr=True)
         self.main = main
         self.live = main and (progress if progress is not None else self.console.is_terminal)
@@ -507,7 +502,7 @@ class Reporter:
 
     def _acc_text(self, accs) -> str:
         if not accs:
-            return "test acc per variable: -"
+            return f"test acc per {self.step_name}: -"
         cells = []
         for i, a in enumerate(accs):
             if a is None:
@@ -526,7 +521,7 @@ class Reporter:
             return
         accs = " ".join("  -" if a is None else f"{round(100 * a):3d}" for a in r["test_acc_per_step"])
         line = (f"step {r['step']:>7d}  epoch {r['epoch']:7.2f}  {r['time']:7.1f}s  train_acc {r['train_acc']:.3f}  "
-                f"valid_acc {r['valid_acc']:.3f}  test_acc {r['test_acc']:.3f}  per variable % {accs}")
+                f"valid_acc {r['valid_acc']:.3f}  test_acc {r['test_acc']:.3f}  per {self.step_name} % {accs}")
         self._log(line)
         if self.tensorboard is not None:
             w, step = self.tensorboard, r["step"]
@@ -534,7 +529,7 @@ class Reporter:
                 w.add_scalar(key, r[key], step)
             for i, a in enumerate(r["test_acc_per_step"]):
                 if a is not None:
-                    w.add_scalar(f"test_acc_per_variable/{i}", a, step)
+                    w.add_scalar(f"test_acc_per_{self.step_name}/{i}", a, step)
             w.flush()
         if self.progress is not None:
             self.progress.update(self.task, acc=self._acc_text(r["test_acc_per_step"]))
@@ -559,9 +554,9 @@ class Reporter:
 
         last = records[-1]
         best = max(records, key=lambda r: r.get("valid_acc_supervised") or 0)
-        t = Table(title=f"{self.cfg.name}: test accuracy per chain variable "
+        t = Table(title=f"{self.cfg.name}: test accuracy per {self.step_name} "
                         f"(step {last['step']:,}, {last['time']:.0f} s training)")
-        t.add_column("variable")
+        t.add_column(self.step_name)
         t.add_column("supervised")
         t.add_column("final acc", justify="right")
         t.add_column("final loss", justify="right")
@@ -571,7 +566,7 @@ class Reporter:
                 continue
             t.add_row(f"#{i}", "yes" if self.supervised[i] else "", f"{a:.3f}", f"{l:.3f}", f"{b:.3f}")
         self.console.print(t)
-        self._log(f"finished at step {last['step']:,}: test accuracy per variable "
+        self._log(f"finished at step {last['step']:,}: test accuracy per {self.step_name} "
                   + " ".join(f"#{i} {a:.3f}" for i, a in enumerate(last["test_acc_per_step"]) if a is not None)
                   + f"; best validation at step {best['step']:,}")
 
