@@ -591,7 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_pretrain)
 
     s = sub.add_parser("reproduce", help="run and draw one of the paper's figures (reuses and resumes runs)")
-    s.add_argument("figure", help="fig3 fig4 fig5 fig6 fig7 fig9 fig10 fig11 fig18 lego-attention")
+    s.add_argument("figure", help="fig3 fig4 fig5 fig6 fig7 fig9 fig10 fig11 fig18 lego-attention templates")
     s.add_argument("--scale", choices=["cpu", "paper"], default="cpu")
     s.add_argument("--seeds", type=int, default=3)
     s.add_argument("--runs", default="runs")

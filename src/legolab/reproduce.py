@@ -82,7 +82,14 @@ ANALYSES = {
     "fig7": "attention head scores of pretrained MiniLM before fine-tuning, and of the fig6 runs",
     "fig9": "inference FLOPs, size and latency: BERT vs LEGO v0 vs v1",
     "fig10": "masked-LM pretraining: BERT vs LEGO v0 vs v1 validation loss",
+    "templates": "seed 004: test error on unseen symbols vs training samples, standard vs identity-scaled attention",
 }
+
+# seed 004's sweep: training samples = training alphabet size; both models share the recipe
+TEMPLATE_TASKS = ("aba-abb", "same-different")
+TEMPLATE_SIZES = (16, 64, 256, 1024, 4096)
+TEMPLATE_MODELS = {"standard": [], "identity": ["model.identity_scaled=true", "model.identity_mult=100"]}
+TEMPLATE_ERROR = 0.1  # the data-reduction threshold on mean test error
 
 # scale-specific meaning of the @-overrides
 SPECIAL = {
@@ -291,6 +298,8 @@ def _finish_analysis(fig, scale, seeds, root, out, pretrained, log, threads=0) -
                 plots.plot_head_scores(scores, out / f"head_scores-{label}.png", title=f"{run.name} after training")
                 result[label] = {k: v.tolist() for k, v in scores.items()}
         write_json(out / "head_scores.json", result)
+    elif fig == "templates":
+        _templates_sweep(scale, seeds, root, out, log, threads)
     elif fig == "fig9":
         from .analysis.flops import report
 
@@ -321,3 +330,84 @@ def _finish_analysis(fig, scale, seeds, root, out, pretrained, log, threads=0) -
         plots._save(fig_, out / "val_loss.png")
         write_json(out / "curves.json", curves)
     log(f"wrote {out}")
+
+
+def template_runs(scale: str, seeds: int) -> list[tuple[tuple[str, str, int], Run]]:
+    if scale != "cpu":
+        raise LegoError("templates: the seed's sweep is CPU-sized already; run it with --scale cpu")
+    out = []
+    for task in TEMPLATE_TASKS:
+        for model, overrides in TEMPLATE_MODELS.items():
+            for n in TEMPLATE_SIZES:
+                for seed in range(seeds):
+                    out.append(((task, model, n), Run(f"cpu-template-{task}-{model}-n{n}-s{seed}", "cpu/template",
+                                                      [f"task.templates={task}", f"task.train_symbols={n}",
+                                                       f"train.batch_size={min(64, n)}", *overrides, f"seed={seed}"])))
+    return out
+
+
+def _templates_sweep(scale, seeds, root, out, log, threads) -> None:
+    """Train every (task, model, size, seed), then test error at the best-validation evaluation
+    (validation symbols are a third alphabet), curves with a log x axis, and the data reduction."""
+    import time
+
+    t0 = time.perf_counter()
+    errors: dict[tuple[str, str, int], list[float]] = {}
+    for key, run in template_runs(scale, seeds):
+        if threads:
+            run.overrides.append(f"train.threads={threads}")
+        records = read_jsonl(ensure_run(run, root, log) / "metrics.jsonl")
+        best = max(records, key=lambda r: r["valid_acc"])
+        errors.setdefault(key, []).append(1 - best["test_acc"])
+    summary, lines = {}, []
+    for task in TEMPLATE_TASKS:
+        summary[task] = {}
+        for model in TEMPLATE_MODELS:
+            rows = {n: errors[(task, model, n)] for n in TEMPLATE_SIZES}
+            first = next((n for n in TEMPLATE_SIZES if statistics.fmean(rows[n]) <= TEMPLATE_ERROR), None)
+            summary[task][model] = {"sizes": list(TEMPLATE_SIZES), "mean_error": [statistics.fmean(rows[n]) for n in TEMPLATE_SIZES],
+                                    "min_error": [min(rows[n]) for n in TEMPLATE_SIZES],
+                                    "max_error": [max(rows[n]) for n in TEMPLATE_SIZES], f"first_n_error<={TEMPLATE_ERROR}": first}
+        a, b = (summary[task][m][f"first_n_error<={TEMPLATE_ERROR}"] for m in ("standard", "identity"))
+        if a and b:
+            reduction = f"{a / b:.0f}x"
+        elif b:
+            reduction = f"> {TEMPLATE_SIZES[-1] / b:.0f}x (standard never reaches it within the sweep)"
+        else:
+            reduction = "none (identity-scaled never reaches it)"
+        summary[task]["data_reduction"] = reduction
+        lines.append(f"| {task} | " + " | ".join(
+            " / ".join(f"{100 * m:.0f} ({100 * lo:.0f}-{100 * hi:.0f})" for m, lo, hi in
+                       zip(*(summary[task][model][k] for k in ("mean_error", "min_error", "max_error"))))
+            for model in TEMPLATE_MODELS) + f" | {reduction} |")
+    _template_plot(summary, out)
+    wall = time.perf_counter() - t0
+    write_json(out / "summary.json", {**summary, "seeds": seeds, "wall_s": wall})
+    sizes = ", ".join(map(str, TEMPLATE_SIZES))
+    write_text(out / "summary.md", f"# templates (cpu scale): {ANALYSES['templates']}\n\n"
+               f"Test error (%) on unseen symbols at the best-validation evaluation, mean (min-max) over {seeds} seeds, "
+               f"at {sizes} training samples (= training symbols). Data reduction: ratio of the smallest sizes "
+               f"reaching mean error <= {TEMPLATE_ERROR:.0%}. Wall time {wall:.0f} s.\n\n"
+               "| task | standard | identity-scaled (a, b per head, x100) | data reduction |\n|---|---|---|---|\n"
+               + "\n".join(lines) + "\n")
+
+
+def _template_plot(summary: dict, out: Path):
+    from .analysis import plots
+
+    plt = plots._pyplot()
+    fig, axes = plt.subplots(1, len(TEMPLATE_TASKS), figsize=(4.4 * len(TEMPLATE_TASKS), 3.4), squeeze=False)
+    for ax, task in zip(axes[0], TEMPLATE_TASKS):
+        for model, s in summary[task].items():
+            if not isinstance(s, dict):
+                continue
+            ax.plot(s["sizes"], s["mean_error"], marker="o", label=model)
+            ax.fill_between(s["sizes"], s["min_error"], s["max_error"], alpha=0.2)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("training samples (= training symbols)")
+        ax.set_ylabel("test error, unseen symbols")
+        ax.set_title(task, fontsize=10)
+        ax.set_ylim(-0.02, 0.62)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    plots._save(fig, out / "error_vs_samples.png")

@@ -6,7 +6,8 @@ and returns the per-token update, so a block can swap one for another.
   probabilities softmax(QK^T / sqrt(d_head)) are computed explicitly and cached.
   ``identity_scaled=True`` adds the two per-head scalars of Boix-Adsera et al. (seed 004):
   scores += a_h * x x^T (diagonal zeroed) and output += sum_h b_h * (A_h x), both initialised
-  to 0.
+  to 0, each times a fixed ``identity_mult`` (the seed's ``wkwq_id_mult`` / ``wvwo_id_mult``:
+  under Adam, a multiplier m makes the scalars move m times faster).
 - ``LegoAttention``: the paper's section 5 module (see its docstring).
 """
 
@@ -108,7 +109,7 @@ class SelfAttention(nn.Module):
     observes: under sdpa the probabilities are computed beside the fused kernel, not instead."""
 
     def __init__(self, d_model: int, n_heads: int, attn_dropout: float = 0.0, identity_scaled: bool = False,
-                 impl: str = "auto"):
+                 impl: str = "auto", identity_mult: float = 1.0):
         super().__init__()
         if d_model % n_heads:
             raise ValueError("d_model must be divisible by n_heads")
@@ -116,7 +117,7 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
         self.attn_dropout = attn_dropout
-        self.identity_scaled = identity_scaled
+        self.identity_scaled, self.identity_mult = identity_scaled, identity_mult
         self.impl = impl
         if identity_scaled:
             self.id_qk = nn.Parameter(torch.zeros(n_heads))  # a_h
@@ -156,7 +157,7 @@ class SelfAttention(nn.Module):
         out = self.out((pattern @ v).transpose(1, 2).reshape(B, T_q, D))
         if self.identity_scaled:
             # sum_h b_h A_h x, without materialising (B, H, T, D)
-            mixed = torch.einsum("h,bhts->bts", self.id_vo.to(pattern.dtype), pattern)
+            mixed = torch.einsum("h,bhts->bts", (self.identity_mult * self.id_vo).to(pattern.dtype), pattern)
             out = out + mixed @ x.to(mixed.dtype)
         return out
 
@@ -172,7 +173,7 @@ class SelfAttention(nn.Module):
             head0[0] = ctx.scaffold
             scores = scores + head0 * same.unsqueeze(1).to(scores.dtype)
         if self.identity_scaled:
-            scores = scores + self.id_qk.view(1, -1, 1, 1) * identity_scores(x_q, x, positions)
+            scores = scores + (self.identity_mult * self.id_qk).view(1, -1, 1, 1) * identity_scores(x_q, x, positions)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         return scores.softmax(-1)

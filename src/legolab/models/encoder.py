@@ -58,6 +58,8 @@ class ModelConfig:
     attn_impl: str = "auto"            # auto (math for bf16 on CPU, else sdpa) | math | sdpa: the kernel only
     identity_scaled: bool = False      # seed 004's two trainable scalars per head
     identity_init: float = 0.0         # initial a (the x x^T score weight); 0 starts as plain attention
+    identity_mult: float = 1.0         # fixed multiplier of a and b (seed 004's *_id_mult): Adam moves them
+                                       # identity_mult times faster
     conv: int = 0                      # kernel of a depthwise, non-causal convolution added to every
                                        # block's input before attention (Canon-A); 0: off
     lego_kernel: int = 5               # LEGO attention: width of the depthwise convolution
@@ -95,6 +97,9 @@ class ModelConfig:
         need(not (v0 and self.mimetic_init), "mimetic_init", "initialises softmax heads' W_K: lego-v0 has none")
         need(self.identity_init == 0 or (self.identity_scaled and not v0), "identity_init",
              "is the initial a of identity-scaled softmax heads: needs identity_scaled=true and softmax heads")
+        need(self.identity_mult == 1.0 or self.identity_scaled, "identity_mult", "scales identity-scaled attention's "
+             "scalars: needs identity_scaled=true")
+        need(self.identity_mult > 0, "identity_mult", "must be positive")
         need(self.attn_impl == "auto" or not v0, "attn_impl", "picks the softmax kernel: lego-v0 has no softmax heads")
         need(self.attention != "standard" or self.lego_kernel == 5, "lego_kernel",
              "is LEGO attention's: needs attention=lego-v0 or lego-v1")
@@ -144,7 +149,7 @@ class FeedForward(nn.Module):
 
 def make_attention(cfg: ModelConfig) -> nn.Module:
     if cfg.attention == "standard":
-        return SelfAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cfg.identity_scaled, cfg.attn_impl)
+        return SelfAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cfg.identity_scaled, cfg.attn_impl, cfg.identity_mult)
     from .lego_attention import LegoAttention
 
     return LegoAttention(cfg)

@@ -77,7 +77,7 @@ class LegoAttention(nn.Module):
         self.conv = nn.Conv1d(d, d, cfg.lego_kernel, padding=cfg.lego_kernel // 2, groups=d)
         self.attn_dropout = cfg.attn_dropout
         self.impl = cfg.attn_impl
-        self.identity_scaled = cfg.identity_scaled
+        self.identity_scaled, self.identity_mult = cfg.identity_scaled, cfg.identity_mult
         if self.identity_scaled:
             self.id_qk = nn.Parameter(torch.zeros(self.n_ordinary))
             self.id_vo = nn.Parameter(torch.zeros(self.n_total))
@@ -135,7 +135,7 @@ class LegoAttention(nn.Module):
             else:
                 scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)
                 if self.identity_scaled:
-                    scores = scores + self.id_qk.view(1, h, 1, 1) * identity_scores(x, x)
+                    scores = scores + (self.identity_mult * self.id_qk).view(1, h, 1, 1) * identity_scores(x, x)
                 if mask is not None:
                     scores = scores.masked_fill(~mask, float("-inf"))
                 pattern = scores.softmax(-1)
@@ -147,7 +147,7 @@ class LegoAttention(nn.Module):
         out = self.out(torch.cat(heads, -1))
         if self.identity_scaled:
             maps = hard if not self.n_ordinary else torch.cat([hard, patterns[-1]], 1)
-            out = out + torch.einsum("h,bhts->bts", self.id_vo, maps) @ x
+            out = out + torch.einsum("h,bhts->bts", self.identity_mult * self.id_vo, maps) @ x
         xc = x if s["valid"] is None else x * s["valid"]
         out = out + self.conv(xc.transpose(1, 2)).transpose(1, 2)
         if positions is not None:
