@@ -112,3 +112,23 @@ def test_cli_round_trip(capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO(text))
     assert main(["solve", "-", "--task", "template", "templates=aabb-abab"]) == 0
     assert capsys.readouterr().out == text
+
+
+def test_reproduce_templates_resolves_its_runs():
+    from legolab.reproduce import TEMPLATE_MODELS, TEMPLATE_SIZES, TEMPLATE_TASKS, template_runs
+    from legolab.training.config import load_config
+
+    runs = template_runs("cpu", 2)
+    assert len(runs) == len(TEMPLATE_TASKS) * len(TEMPLATE_MODELS) * len(TEMPLATE_SIZES) * 2
+    for (task, model, n), run in runs[:: len(TEMPLATE_SIZES) - 1]:
+        cfg = load_config(run.config, run.overrides)
+        assert cfg.task["templates"] == task and cfg.train.train_size == n == cfg.task["train_symbols"]
+        assert cfg.model.identity_scaled == (model == "identity")
+
+
+def test_identity_mult_needs_identity_scaled():
+    from legolab.models.encoder import ModelConfig
+
+    with pytest.raises(ConfigError, match="model.identity_mult"):
+        ModelConfig(identity_mult=10).validate()
+    ModelConfig(identity_scaled=True, identity_mult=10).validate()
