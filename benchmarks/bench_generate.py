@@ -13,11 +13,10 @@ tokenizer is shown as well. All run side by side in this one process; quote the 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
 import torch
+from timing import best_of
 
 from legolab.tasks import LegoConfig, LegoTask
 
@@ -86,14 +85,6 @@ def legolab_tensors(task: LegoTask, split: str, count: int):
     b = task.sample(split, np.arange(count))
     return tuple(torch.from_numpy(a) for a in (b.tokens, b.positions, b.targets, b.steps))
 
-
-def best_of(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times), statistics.median(times)
 
 
 def main() -> None:

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
-import time
 
 import numpy as np
+from timing import best_of
 
 from legolab.tasks import make_task, task_config
 
@@ -56,14 +55,6 @@ def lra_style(count: int, max_depth: int, max_args: int, lo: int, hi: int, rng: 
         rows.append((text(t).split(), nodes))
     return rows
 
-
-def best_of(fn, repeats: int) -> tuple[float, float]:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times), statistics.median(times)
 
 
 def main() -> None:
