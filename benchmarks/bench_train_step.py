@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from legolab.models import Encoder, ModelConfig
+from legolab.models import ModelConfig, TokenClassifier
 from legolab.tasks import LegoConfig, LegoTask
 from legolab.training.step import make_optimizer, make_train_step
 
@@ -102,7 +102,7 @@ def main() -> None:
         variants += [("legolab fp32 compiled", "math", None, True), ("legolab bf16 compiled", "math", torch.bfloat16, True)]
     for name, impl, dtype, compiled in variants:
         cfg = ModelConfig(n_layers=args.layers, d_model=args.width, n_heads=args.heads, norm="pre", attn_impl=impl)
-        model = Encoder(cfg, len(task.vocab), task.num_classes).train()
+        model = TokenClassifier(cfg, len(task.vocab), task.num_classes).train()
         opt = make_optimizer(model, lr=1e-4, weight_decay=0.0)
         step = make_train_step(model, opt, compile=compiled, autocast_dtype=dtype)
         mask = torch.ones_like(targets, dtype=torch.bool)

@@ -85,7 +85,7 @@ needs_hf = pytest.mark.skipif(importlib.util.find_spec("transformers") is None
 def test_minilm_hidden_states_equal_transformers_bertmodel():
     from transformers import BertModel
 
-    from legolab.models.hf import minilm_path
+    from legolab.models.tokenizer import minilm_path
     from legolab.training.runs import load_source
 
     _, task, model = load_source("minilm", task={"name": "lego", "n": 12})
@@ -93,7 +93,7 @@ def test_minilm_hidden_states_equal_transformers_bertmodel():
     ref = BertModel.from_pretrained(str(minilm_path()), attn_implementation="eager").eval()
     with torch.no_grad():
         theirs = ref(input_ids=model.input_map[x]).last_hidden_state
-        ours = model(x)
+        ours = model.hidden(x)
     assert (ours - theirs).abs().max() <= 1e-5
 
 
@@ -101,13 +101,14 @@ def test_minilm_hidden_states_equal_transformers_bertmodel():
 def test_wordpiece_spelling_keeps_five_pieces_per_clause():
     from transformers import BertTokenizer
 
-    from legolab.models.hf import minilm_path, wordpiece_ids, wordpiece_spelling, wordpiece_vocab
+    from legolab.models.tokenizer import input_map, minilm_path, spelling, vocabulary
 
     tok = BertTokenizer.from_pretrained(str(minilm_path()))
     for group, n_vars in (("sign", 26), ("d3", 26), ("s3", 40)):
         task = LegoTask(LegoConfig(group=group, n=12, n_vars=n_vars))
-        ids = wordpiece_ids(task)
-        spelled = dict(zip(task.vocab.tokens, wordpiece_spelling(task.vocab.tokens, wordpiece_vocab())))
+        ids, size = input_map(task, "wordpiece")
+        assert size == tok.vocab_size == 30522
+        spelled = dict(zip(task.vocab.tokens, spelling(task.vocab.tokens, vocabulary("wordpiece")[0])))
         b = task.sample("test", range(20))
         for i in range(20):
             clauses = task.clauses(b.tokens[i])

@@ -233,3 +233,13 @@ def test_corrupted_run_files(workspace, capsys, tmp_path, corruption, command):
 def test_the_table_has_at_least_200_cases():
     total = len(CONFIG_CASES) + len(CLI_CASES) + len(SENTENCES) + len(CORRUPTIONS) * len(CORRUPT_COMMANDS)
     assert total >= 200, total
+
+
+def test_removed_model_flags_load_at_their_old_defaults_only():
+    from legolab.errors import ConfigError
+    from legolab.training.config import config_from_dict
+
+    old = {"model": {"positions": "learned", "pos_init": 1.0, "mimetic_init": False, "identity_init": 0.0}}
+    assert config_from_dict(old).model.d_model == 64  # a run directory written before their removal
+    with pytest.raises(ConfigError, match=r"model.pos_init: removed .* only its old default 1.0 is accepted"):
+        config_from_dict({"model": {"pos_init": 0.2}})

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from legolab.analysis.flops import analytic_flops, count_flops, model_config
-from legolab.models import Encoder, ModelConfig
+from legolab.models import ModelConfig, TokenClassifier
 from legolab.models.lego_attention import hard_maps_dense
 from legolab.tasks import LegoConfig, LegoTask
 from legolab.tasks.lego_text import parse_sentence
@@ -39,7 +39,8 @@ def test_sparse_fast_path_equals_dense_maps(attention):
     b = task.sample("test", range(6))
     x, pos = torch.from_numpy(b.tokens).long(), torch.from_numpy(b.positions.astype("int64"))
     pad = x == 0
-    m = Encoder(ModelConfig(n_layers=2, d_model=48, n_heads=6, attention=attention), len(task.vocab), 2).eval()
+    m = TokenClassifier(ModelConfig(n_layers=2, d_model=48, n_heads=6, attention=attention), len(task.vocab), 2,
+                        special_ids=task.special_ids).eval()
     attn = m.blocks[0].attn
     h = m.embed(x)
     from legolab.models.attention import Context
@@ -50,7 +51,7 @@ def test_sparse_fast_path_equals_dense_maps(attention):
     v = attn.value(h).view(6, x.shape[1], 3, attn.d_head).permute(0, 2, 1, 3)
     heads = list((hard_maps_dense(x, 1, 2, pad) @ v).unbind(1))
     if attn.n_ordinary:
-        _, cache = m.run_with_cache(x, ["blocks.0.attn.hook_pattern"], key_padding=pad)
+        cache = m.activations(x, ["blocks.0.attn.hook_pattern"], key_padding=pad)
         p = cache["blocks.0.attn.hook_pattern"][:, 3:]
         q, k, vo = attn.qkv(h).view(6, x.shape[1], 3, attn.n_ordinary, attn.d_head).permute(2, 0, 3, 1, 4)
         heads += list((p @ vo).unbind(1))
@@ -62,9 +63,9 @@ def test_sparse_fast_path_equals_dense_maps(attention):
 
 
 def test_v0_has_no_query_or_key_parameters_and_is_smaller():
-    names = {k for k, _ in Encoder(ModelConfig(attention="lego-v0"), 40, 2).named_parameters()}
+    names = {k for k, _ in TokenClassifier(ModelConfig(attention="lego-v0"), 40, 2).named_parameters()}
     assert not any("qkv" in k for k in names)
-    sizes = {a: Encoder(ModelConfig(attention=a), 40, 2).num_parameters() for a in ("standard", "lego-v0", "lego-v1")}
+    sizes = {a: TokenClassifier(ModelConfig(attention=a), 40, 2).num_parameters() for a in ("standard", "lego-v0", "lego-v1")}
     assert sizes["lego-v0"] < sizes["lego-v1"] < sizes["standard"]
 
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from legolab.models import ActivationCache, Encoder, ModelConfig
+from legolab.models import ActivationCache, ModelConfig, TokenClassifier
 from legolab.training.data import sample_depth
 
 V, C = 40, 3
@@ -17,36 +17,36 @@ def tokens(B=4, T=32, seed=0):
                                  ModelConfig(arch="albert", n_layers=3, d_model=32, n_heads=4, d_embed=16)])
 def test_shapes_and_readout_path(cfg):
     torch.manual_seed(0)
-    m = Encoder(cfg, V, C).eval()
+    m = TokenClassifier(cfg, V, C).eval()
     x, pos = tokens()
     logits = m(x, pos)
     assert logits.shape == (4, pos.shape[1], C)
-    assert m(x).shape == (4, 32, 32)
+    assert m.hidden(x).shape == (4, 32, 32)
     # the last block computed at read-out tokens only equals the full computation
     full = m(x, pos, readout_path=False)
     assert torch.allclose(logits, full, atol=1e-6)
 
 
 def test_albert_ties_one_set_of_layer_weights():
-    small = Encoder(ModelConfig(arch="albert", n_layers=2, d_model=32, n_heads=4), V, C)
-    deep = Encoder(ModelConfig(arch="albert", n_layers=12, d_model=32, n_heads=4), V, C)
-    bert = Encoder(ModelConfig(arch="bert", n_layers=12, d_model=32, n_heads=4), V, C)
+    small = TokenClassifier(ModelConfig(arch="albert", n_layers=2, d_model=32, n_heads=4), V, C)
+    deep = TokenClassifier(ModelConfig(arch="albert", n_layers=12, d_model=32, n_heads=4), V, C)
+    bert = TokenClassifier(ModelConfig(arch="bert", n_layers=12, d_model=32, n_heads=4), V, C)
     assert len(deep.blocks) == 1 and len(bert.blocks) == 12
     assert small.num_parameters() == deep.num_parameters() < bert.num_parameters()
     # the factorised embedding: E < H with a projection
-    fact = Encoder(ModelConfig(arch="albert", d_model=32, n_heads=4, d_embed=8), V, C)
+    fact = TokenClassifier(ModelConfig(arch="albert", d_model=32, n_heads=4, d_embed=8), V, C)
     assert fact.embed.tok.weight.shape == (V, 8) and fact.embed.proj.weight.shape == (32, 8)
 
 
 def test_depth_any_for_tied_bounded_for_untied():
     x, pos = tokens()
-    albert = Encoder(ModelConfig(arch="albert", n_layers=4, d_model=32, n_heads=4), V, C).eval()
+    albert = TokenClassifier(ModelConfig(arch="albert", n_layers=4, d_model=32, n_heads=4), V, C).eval()
     out = {d: albert(x, pos, depth=d) for d in (1, 4, 20)}
     assert not torch.allclose(out[1], out[4]) and out[20].shape == out[4].shape
     # deeper than trained applies the same block more times
-    _, cache = albert.run_with_cache(x, ["blocks.*.hook_resid_post"], depth=6)
+    cache = albert.activations(x, ["blocks.*.hook_resid_post"], depth=6)
     assert sorted(cache) == [f"blocks.{i}.hook_resid_post" for i in range(6)]
-    bert = Encoder(ModelConfig(n_layers=4, d_model=32, n_heads=4), V, C)
+    bert = TokenClassifier(ModelConfig(n_layers=4, d_model=32, n_heads=4), V, C)
     with pytest.raises(ValueError, match="depth 5"):
         bert(x, pos, depth=5)
     assert bert(x, pos, depth=2).shape == (4, pos.shape[1], C)
@@ -62,7 +62,7 @@ def test_stochastic_depth_sampling_is_uniform_and_stateless():
 
 def test_cache_holds_only_what_was_asked_and_patterns_are_exact():
     torch.manual_seed(0)
-    m = Encoder(ModelConfig(n_layers=2, d_model=32, n_heads=4), V, C).eval()
+    m = TokenClassifier(ModelConfig(n_layers=2, d_model=32, n_heads=4), V, C).eval()
     x, pos = tokens()
     out, cache = m.run_with_cache(x, ["blocks.1.attn.hook_pattern", "blocks.0.hook_resid_pre"], positions=pos)
     assert set(cache) == {"blocks.1.attn.hook_pattern", "blocks.0.hook_resid_pre"}
@@ -71,7 +71,7 @@ def test_cache_holds_only_what_was_asked_and_patterns_are_exact():
     assert torch.allclose(out, m(x, pos), atol=1e-6)  # exact softmax path == SDPA path
     # the pattern is softmax(QK^T / sqrt(d_head)) of the layer's input
     blk = m.blocks[1]
-    _, c2 = m.run_with_cache(x, ["blocks.0.hook_resid_post"])
+    c2 = m.activations(x, ["blocks.0.hook_resid_post"])
     h = c2["blocks.0.hook_resid_post"]
     q, k, _ = blk.attn.qkv(h).view(4, 32, 3, 4, 8).permute(2, 0, 3, 1, 4)
     assert torch.allclose(p, (q @ k.transpose(-1, -2) / 8 ** 0.5).softmax(-1), atol=1e-6)
@@ -79,7 +79,7 @@ def test_cache_holds_only_what_was_asked_and_patterns_are_exact():
 
 def test_padding_mask_makes_padded_keys_invisible():
     torch.manual_seed(0)
-    m = Encoder(ModelConfig(n_layers=2, d_model=32, n_heads=4), V, C).eval()
+    m = TokenClassifier(ModelConfig(n_layers=2, d_model=32, n_heads=4), V, C).eval()
     x, pos = tokens(B=1, T=20)
     padded = torch.cat([x, torch.zeros(1, 7, dtype=x.dtype)], 1)
     pad_mask = padded == 0
@@ -90,9 +90,9 @@ def test_padding_mask_makes_padded_keys_invisible():
 
 def test_identity_scaled_attention_starts_as_the_plain_model():
     torch.manual_seed(0)
-    plain = Encoder(ModelConfig(n_layers=2, d_model=32, n_heads=4, attn_impl="math"), V, C).eval()
+    plain = TokenClassifier(ModelConfig(n_layers=2, d_model=32, n_heads=4, attn_impl="math"), V, C).eval()
     torch.manual_seed(0)
-    scaled = Encoder(ModelConfig(n_layers=2, d_model=32, n_heads=4, identity_scaled=True), V, C).eval()
+    scaled = TokenClassifier(ModelConfig(n_layers=2, d_model=32, n_heads=4, identity_scaled=True), V, C).eval()
     missing = scaled.load_state_dict(plain.state_dict(), strict=False).missing_keys
     assert sorted(missing) == sorted(f"blocks.{i}.attn.{p}" for i in range(2) for p in ("id_qk", "id_vo"))
     x, pos = tokens()
@@ -116,7 +116,7 @@ def test_invalid_model_configs(key, value, message):
 
 def test_hooks_observe_without_changing_the_computed_path():
     torch.manual_seed(0)
-    m = Encoder(ModelConfig(n_layers=3, d_model=32, n_heads=4, norm="pre"), V, C).eval()
+    m = TokenClassifier(ModelConfig(n_layers=3, d_model=32, n_heads=4, norm="pre"), V, C).eval()
     x, pos = tokens()
     plain = m(x, pos)
     # an empty cache, or hooks of earlier blocks, keep the read-out-only last block: bit-identical

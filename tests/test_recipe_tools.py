@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from legolab.models import ActivationCache, Encoder, ModelConfig
+from legolab.models import ActivationCache, ModelConfig, TokenClassifier
 from legolab.tasks import LegoConfig, LegoTask
 from legolab.training import step as step_mod
 from legolab.training import trainer
@@ -23,7 +23,7 @@ def test_math_and_sdpa_kernels_agree_and_hooks_only_observe():
     outs = {}
     for impl in ("math", "sdpa"):
         torch.manual_seed(0)
-        m = Encoder(ModelConfig(n_layers=2, d_model=32, n_heads=4, attn_impl=impl), len(task.vocab), 2).eval()
+        m = TokenClassifier(ModelConfig(n_layers=2, d_model=32, n_heads=4, attn_impl=impl), len(task.vocab), 2).eval()
         plain = m(x, pos)
         observed, cache = m.run_with_cache(x, ["blocks.*.attn.hook_pattern"], positions=pos)
         assert set(cache) == {"blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern"}
@@ -37,16 +37,16 @@ def test_math_and_sdpa_kernels_agree_and_hooks_only_observe():
 def test_conv_changes_the_model_and_ignores_padding():
     task, _, x, pos = lego_batch(n=4, count=2)
     torch.manual_seed(0)
-    m = Encoder(ModelConfig(n_layers=2, d_model=32, n_heads=4, norm="pre", conv=7), len(task.vocab), 2).eval()
+    m = TokenClassifier(ModelConfig(n_layers=2, d_model=32, n_heads=4, norm="pre", conv=7), len(task.vocab), 2).eval()
     with torch.no_grad():
         for blk in m.blocks:
             blk.conv.weight.zero_()
     torch.manual_seed(0)
-    plain = Encoder(ModelConfig(n_layers=2, d_model=32, n_heads=4, norm="pre"), len(task.vocab), 2).eval()
+    plain = TokenClassifier(ModelConfig(n_layers=2, d_model=32, n_heads=4, norm="pre"), len(task.vocab), 2).eval()
     plain.load_state_dict({k: v for k, v in m.state_dict().items() if ".conv." not in k})
     assert torch.allclose(m(x, pos), plain(x, pos), atol=1e-6)  # a zero kernel is the plain model
     torch.manual_seed(1)
-    m = Encoder(ModelConfig(n_layers=2, d_model=32, n_heads=4, norm="pre", conv=7), len(task.vocab), 2).eval()
+    m = TokenClassifier(ModelConfig(n_layers=2, d_model=32, n_heads=4, norm="pre", conv=7), len(task.vocab), 2).eval()
     assert not torch.allclose(m(x, pos), plain(x, pos), atol=1e-3)
     padded = torch.cat([x, torch.full((2, 5), 7)], 1)  # junk ids behind the padding mask
     key_padding = torch.zeros_like(padded, dtype=torch.bool)
@@ -57,14 +57,14 @@ def test_conv_changes_the_model_and_ignores_padding():
 def test_scaffold_puts_head_0_on_the_other_occurrence_of_its_token():
     task, _, x, pos = lego_batch()
     torch.manual_seed(0)
-    m = Encoder(ModelConfig(n_layers=2, d_model=32, n_heads=4, norm="pre", init_std=0.1), len(task.vocab), 2).eval()
+    m = TokenClassifier(ModelConfig(n_layers=2, d_model=32, n_heads=4, norm="pre", init_std=0.1), len(task.vocab), 2).eval()
     same = (x[:, :, None] == x[:, None, :]) & ~torch.eye(x.shape[1], dtype=torch.bool)
     rows = same.any(-1)
 
     def mass(scaffold):
         c = ActivationCache(["blocks.0.attn.hook_pattern"])
         with torch.no_grad():
-            m(x, cache=c, scaffold=scaffold)
+            m.hidden(x, cache=c, scaffold=scaffold)
         p = c["blocks.0.attn.hook_pattern"]
         return [float((p[:, h] * same).sum(-1)[rows].mean()) for h in range(4)]
 
@@ -96,12 +96,12 @@ def test_operand_readouts_are_the_predecessors_values():
 def test_guidance_loss_is_learned_and_deep_supervision_changes_the_loss():
     task, b, x, pos = lego_batch(count=32)
     torch.manual_seed(0)
-    m = Encoder(ModelConfig(n_layers=2, d_model=32, n_heads=2, norm="pre"), len(task.vocab), 2).train()
+    m = TokenClassifier(ModelConfig(n_layers=2, d_model=32, n_heads=2, norm="pre"), len(task.vocab), 2).train()
     opt = torch.optim.Adam(m.parameters(), lr=1e-2)
 
     def guidance():
         c = ActivationCache([step_mod.SCORES])
-        m(x, cache=c)
+        m.hidden(x, cache=c)
         return step_mod.guidance_loss(c, x)
 
     first = float(guidance().detach())
@@ -116,7 +116,7 @@ def test_guidance_loss_is_learned_and_deep_supervision_changes_the_loss():
     losses = []
     for deep in (0.0, 1.0):
         torch.manual_seed(0)
-        m = Encoder(ModelConfig(n_layers=3, d_model=32, n_heads=2, norm="pre"), len(task.vocab), 2).train()
+        m = TokenClassifier(ModelConfig(n_layers=3, d_model=32, n_heads=2, norm="pre"), len(task.vocab), 2).train()
         fn = step_mod.make_train_step(m, step_mod.make_optimizer(m, 1e-3, 0.0))
         losses.append(float(fn(x, pos, targets, mask, deep=deep)[0]))
     assert losses[1] > losses[0] * 1.5  # two more read-outs, each near chance at init
@@ -155,7 +155,7 @@ def test_bf16_step_tracks_fp32():
     losses = {}
     for dtype in (None, torch.bfloat16):
         torch.manual_seed(0)
-        m = Encoder(ModelConfig(n_layers=2, d_model=32, n_heads=2, norm="pre"), len(task.vocab), 2).train()
+        m = TokenClassifier(ModelConfig(n_layers=2, d_model=32, n_heads=2, norm="pre"), len(task.vocab), 2).train()
         fn = step_mod.make_train_step(m, step_mod.make_optimizer(m, 1e-3, 0.0), autocast_dtype=dtype)
         losses[dtype] = [float(fn(x, pos, targets, mask, clip=1.0)[0]) for _ in range(5)]
         assert all(p.dtype == torch.float32 for p in m.parameters())
@@ -198,9 +198,9 @@ def test_the_cpu_recipe_runs_a_few_steps(tmp_path):
 def test_every_cpu_figure_resolves_to_valid_configs(monkeypatch):
     from pathlib import Path
 
-    from legolab.reproduce import FIGURES, runs_for
+    from legolab.reproduce import FIGURES, figure_runs
 
     monkeypatch.chdir(Path(__file__).parents[1])
     for fig in FIGURES:
-        for _, run in runs_for(fig, "cpu", 1, None):
+        for _, run in figure_runs(fig, "cpu", 1, None):
             load_config(run.config, run.overrides)  # raises ConfigError on any invalid combination

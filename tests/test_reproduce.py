@@ -1,11 +1,18 @@
+import json
+
+import pytest
 import yaml
 from conftest import TINY
 
 from legolab.cli import main
 from legolab.io import read_jsonl
+from legolab.reproduce import figures
+from legolab.reproduce.figures import FAILS, HOLDS, UNTESTABLE
+
+VERDICTS = (HOLDS, FAILS, UNTESTABLE)
 
 
-def write_configs(root, n=4):
+def write_configs(root, n=12):
     d = root / "configs" / "cpu"
     d.mkdir(parents=True)
     for stem, arch in (("bert", "bert"), ("albert", "albert")):
@@ -15,53 +22,199 @@ def write_configs(root, n=4):
         (d / f"{stem}.yaml").write_text(yaml.safe_dump(data))
 
 
-def test_reproduce_runs_reuses_and_summarises(tmp_path, monkeypatch, capsys):
+def test_reproduce_trains_reuses_and_reports_a_verdict(tmp_path, monkeypatch, capsys):
     write_configs(tmp_path)
     monkeypatch.chdir(tmp_path)
     assert main(["reproduce", "fig3", "--seeds", "2"]) == 0
     runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
-    assert runs == ["cpu-albert-s0", "cpu-albert-s1", "cpu-bert-s0", "cpu-bert-s1"]
+    assert runs == sorted(f"cpu-{v}-s{s}" for v in ("bert", "albert", "bert-ntr12", "albert-ntr12") for s in (0, 1))
     assert yaml.safe_load((tmp_path / "runs" / "cpu-bert-s1" / "config.yaml").read_text())["seed"] == 1
+    assert yaml.safe_load((tmp_path / "runs" / "cpu-bert-ntr12-s0" / "config.yaml").read_text())["train"]["n_tr"] == 12
     report = tmp_path / "reports" / "fig3-cpu"
-    assert (report / "accuracy.png").is_file() and "| bert | 2 |" in (report / "summary.md").read_text()
+    text = (report / "fig3.md").read_text()
+    assert (report / "accuracy.png").is_file() and "| bert | 2 |" in text
+    assert "**The paper's claim.**" in text and "`legolab reproduce fig3 --seeds 2`" in text and "wall time" in text
+    verdicts = json.loads((report / "summary.json").read_text())["verdicts"]
+    assert len(verdicts) == 4 and all(v in VERDICTS for _, v, _ in verdicts)
+    # a tiny model learns nothing: the extrapolation claim cannot be tested, and says why
+    assert verdicts[1][1] == UNTESTABLE and "did not learn its supervised variables" in verdicts[1][2]
+    index = (tmp_path / "reports" / "index-cpu.md").read_text()
+    assert "[fig3.md](fig3-cpu/fig3.md)" in index and "| fig5 |" in index and "not run" in index
     capsys.readouterr()
     # a second call reuses every finished run
     assert main(["reproduce", "fig3", "--seeds", "2"]) == 0
-    assert capsys.readouterr().err.count("done, reused") == 4
+    assert capsys.readouterr().err.count("done, reused") == 8
     assert len(read_jsonl(tmp_path / "runs" / "cpu-bert-s0" / "metrics.jsonl")) == 2
 
 
 def test_reproduce_shortcut_and_unknown_figure(tmp_path, monkeypatch, capsys):
-    write_configs(tmp_path, n=12)
+    write_configs(tmp_path)
     monkeypatch.chdir(tmp_path)
     assert main(["reproduce", "fig11", "--seeds", "1"]) == 0
     cfg = yaml.safe_load((tmp_path / "runs" / "cpu-bert-0to4+11-s0" / "config.yaml").read_text())
     assert cfg["train"]["supervise"] == [0, 1, 2, 3, 4, 11]
-    summary = (tmp_path / "reports" / "fig11-cpu" / "summary.md").read_text()
-    assert "| albert-0to4+11 | 1 |" in summary
+    assert "| albert-0to4+11 | 1 |" in (tmp_path / "reports" / "fig11-cpu" / "fig11.md").read_text()
     assert main(["reproduce", "fig99"]) == 2
     assert "unknown figure" in capsys.readouterr().err
 
 
+def test_a_failed_run_is_named_in_the_report_and_the_others_finish(tmp_path, monkeypatch, capsys):
+    import legolab.reproduce.runs as runs
+
+    write_configs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    real = runs.ensure_run
+
+    def flaky(run, root, log):
+        if run.name == "cpu-albert-s0":
+            raise RuntimeError("boom\nsecond line of a traceback")
+        return real(run, root, log)
+
+    monkeypatch.setattr(runs, "ensure_run", flaky)
+    assert main(["reproduce", "fig17", "--seeds", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "cpu-albert-s0: failed: RuntimeError: boom" in err
+    text = (tmp_path / "reports" / "fig17-cpu" / "fig17.md").read_text()
+    assert "- albert, cpu-albert-s0: failed: RuntimeError: boom\n" in text and "second line" not in text
+    assert "runs missing: albert" in text and "| bert-thin | 1 |" in text
+
+
+def test_reproduce_all_trains_the_set_then_writes_every_report_and_the_index(tmp_path, monkeypatch):
+    import legolab.reproduce as reproduce
+
+    write_configs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(reproduce, "FIGURES", {k: reproduce.FIGURES[k] for k in ("fig3", "fig17")})
+    monkeypatch.setattr(reproduce, "ORDER", ["fig3", "fig17", "fig10"])
+    import legolab.reproduce.analyses as analyses
+
+    monkeypatch.setattr(analyses, "STEMS", {"cpu": {k: v for k, v in figures.STEMS["cpu"].items() if k != "pretrain"}})
+    assert main(["reproduce", "all", "--seeds", "1", "--jobs", "2"]) == 0
+    index = (tmp_path / "reports" / "index-cpu.md").read_text()
+    assert "[fig3.md]" in index and "[fig17.md]" in index
+    # fig10 could not run at all: its report says why, in one line, as the index does
+    assert f"{UNTESTABLE}: the figure" in index
+    assert "no cpu-scale pretraining config" in (tmp_path / "reports" / "fig10-cpu" / "fig10.md").read_text()
+    # fig17 reused fig3's ALBERT and BERT: five runs in all
+    assert len(list((tmp_path / "runs").iterdir())) == 5
+
+
+def test_runs_side_by_side_train_the_same_bytes_as_one_after_another(tmp_path, monkeypatch):
+    for sub, jobs in (("a", "1"), ("b", "2")):
+        (tmp_path / sub).mkdir()
+        write_configs(tmp_path / sub)
+        monkeypatch.chdir(tmp_path / sub)
+        assert main(["reproduce", "fig11", "--seeds", "1", "--jobs", jobs]) == 0
+    for name in ("cpu-bert-0to4-s0", "cpu-albert-0to4+11-s0"):
+        a, b = (read_jsonl(tmp_path / sub / "runs" / name / "metrics.jsonl") for sub in "ab")
+        assert [{k: v for k, v in r.items() if k != "time"} for r in a] == [{k: v for k, v in r.items() if k != "time"} for r in b]
+
+
+def test_paper_scale_path_runs_end_to_end_with_a_shrunk_model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the shipped paper configs
+    shrink = ["model.n_layers=1", "model.d_model=16", "model.n_heads=2", "model.d_ff=32",
+              "train.train_size=64", "train.test_size=32", "train.epochs=1", "train.batch_size=32",
+              "train.eval_batch_size=32"]
+    assert main(["reproduce", "fig18", "--scale", "paper", "--seeds", "1", "--mimic-steps", "2", *shrink]) == 0
+    cfg = yaml.safe_load((tmp_path / "runs" / "paper-d3-albert-s0" / "config.yaml").read_text())
+    assert cfg["task"]["group"] == "d3" and cfg["model"]["arch"] == "albert" and cfg["train"]["lr"] == 5e-5
+    mimic = yaml.safe_load((tmp_path / "runs" / "paper-d3-mimic-bert-s0-mimic-init" / "config.yaml").read_text())
+    assert mimic["model"]["residual_init"] == 1.0  # the public code's start: BERT's initialisation
+    text = (tmp_path / "reports" / "fig18-paper" / "fig18.md").read_text()
+    assert "**Paper scale.**" in text and "zero-residual" not in text
+
+
 def test_every_figure_resolves_to_valid_configs_at_both_scales(tmp_path, monkeypatch):
     from legolab.errors import LegoError
-    from legolab.reproduce import FIGURES, runs_for
+    from legolab.reproduce import FIGURES, figure_runs
     from legolab.training.config import load_config
 
     monkeypatch.chdir(tmp_path)  # the shipped configs, not a checkout's
     for scale in ("cpu", "paper"):
         for fig in FIGURES:
-            for _, run in runs_for(fig, scale, 2, pretrained="hf:/models/bert-base-uncased"):
+            for label, run in figure_runs(fig, scale, 2, pretrained="hf:/models/bert-base-uncased"):
                 cfg = load_config(run.config, run.overrides)
                 assert cfg.seed in (0, 1)
                 if scale == "paper":
-                    assert cfg.model.d_model == 768 and cfg.model.n_layers == 12, (fig, run.name)
-                if "pretrained" in run.name:
+                    assert cfg.model.d_model in (768, 96) and cfg.model.n_layers in (3, 6, 9, 12), (fig, run.name)
+                if "pretrained" in label:
                     assert cfg.train.init == ("minilm" if scale == "cpu" else "hf:/models/bert-base-uncased")
                     assert cfg.model.tokenizer == "wordpiece"
-    try:
-        runs_for("fig6", "paper", 1, pretrained=None)
-    except LegoError as e:
-        assert "--pretrained" in str(e)
-    else:
-        raise AssertionError("fig6 at paper scale must ask for --pretrained")
+                if "zero-residual" in label:
+                    assert scale == "cpu" and cfg.model.residual_init == 0 and not run.mimic
+    with pytest.raises(LegoError, match="--pretrained"):
+        figure_runs("fig6", "paper", 1, pretrained=None)
+
+
+def test_labels_mean_one_config_and_equal_configs_share_a_run(tmp_path, monkeypatch):
+    from legolab.reproduce import figure_runs
+
+    monkeypatch.chdir(tmp_path)
+    names = {}
+    for scale in ("cpu", "paper"):
+        for fig in figures.FIGURES:
+            for label, run in figure_runs(fig, scale, 1, pretrained="hf:/x"):
+                assert names.setdefault((scale, label), run.name) == run.name, (fig, label)
+    assert names[("cpu", "bert-n12")] == names[("cpu", "bert-depth6")] == names[("cpu", "bert")] == "cpu-bert-s0"
+    assert names[("paper", "albert-depth12")] == "paper-albert-s0"
+    assert names[("cpu", "albert-depth12")] == "cpu-albert-depth12-s0"
+
+
+def test_mimicking_uses_the_public_codes_values_at_paper_scale():
+    from legolab.reproduce import figure_runs
+
+    cpu = dict(figure_runs("fig18", "cpu", 1))["d3-mimic-bert"].mimic
+    paper = dict(figure_runs("fig18", "paper", 1))["d3-mimic-bert"].mimic
+    assert cpu == {"steps": 400, "batch_size": 32, "lr": None, "residual_init": 0.0}
+    assert paper == {"steps": 1000, "batch_size": 200, "lr": 5e-5, "residual_init": 1.0}
+    from legolab.reproduce import mimic_settings
+
+    assert mimic_settings("paper", "albert")["steps"] == 5000
+
+
+def summary(mean, supervised=range(6), first=None, dip=(0.0, 0)):
+    return {"seeds": 1, "mean": mean, "min": mean, "max": mean, "supervised": list(supervised), "chance": 0.5,
+            "first_pass": first or [None] * len(mean), "max_dip": dip, "steps": 100, "train_time_s": [1.0]}
+
+
+def test_judges_say_holds_does_not_hold_and_cannot_be_tested():
+    learned_ext = summary([1.0] * 6 + [0.95, 0.9, 0.7, 0.5, 0.5, 0.5])
+    learned_not = summary([1.0] * 6 + [0.6, 0.5, 0.5, 0.5, 0.5, 0.5])
+    unlearned = summary([1.0, 1.0, 0.5, 0.5, 0.5, 0.5] + [0.5] * 6)
+    part = "n_tr = 6: ALBERT extrapolates"
+    v = {p[:len(part)]: (verdict, ev) for p, verdict, ev in figures.judge_fig3({"albert": learned_ext, "bert": learned_not})}
+    assert v[part][0] == HOLDS and "albert 85%, bert 53%" in v[part][1]
+    assert figures.judge_fig3({"albert": learned_not, "bert": learned_ext})[1][1] == FAILS
+    assert figures.judge_fig3({"albert": unlearned, "bert": learned_ext})[1][1] == UNTESTABLE
+    assert figures.judge_fig3({"albert": learned_ext})[0][1] == UNTESTABLE  # runs missing
+    # the shortcut: #11 passes before most of #1..#10
+    early = summary([1.0] * 12, range(12), first=[10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 15])
+    late = summary([1.0] * 12, range(12), first=[10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120])
+    assert figures.shortcut_early({"x": early}, "x", True)[1] == HOLDS
+    assert figures.shortcut_early({"x": late}, "x", True)[1] == FAILS
+    assert figures.shortcut_early({"x": late}, "x", False)[1] == HOLDS
+
+
+def test_run_summary_finds_first_passes_and_dips(tmp_path):
+    from legolab.io import write_jsonl
+    from legolab.reproduce.report import run_summary
+
+    write_configs(tmp_path, n=4)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text((tmp_path / "configs" / "cpu" / "bert.yaml").read_text())
+    write_jsonl(run / "metrics.jsonl", [{"step": s, "time": s / 10, "test_acc_per_step": acc} for s, acc in
+                                        ((10, [0.96, 0.5, 0.5, 0.5]), (20, [0.7, 0.96, 0.5, 0.5]), (30, [1.0, 1.0, 0.97, 0.6]))])
+    s = run_summary(run)
+    assert s["first_pass"] == [10, 20, 30, None] and s["dip"] == pytest.approx((0.26, 0))
+    assert s["supervised"] == [0, 1, 2, 3] and s["chance"] == 0.5 and s["time"] == 3.0
+
+
+def test_report_only_trains_nothing_and_names_what_is_missing(tmp_path, monkeypatch):
+    write_configs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["reproduce", "fig17", "--seeds", "1", "--report-only"]) == 0
+    assert not (tmp_path / "runs").exists()
+    text = (tmp_path / "reports" / "fig17-cpu" / "fig17.md").read_text()
+    assert "- bert-thin, cpu-bert-thin-s0: not trained yet (--report-only)" in text
+    assert f"**{UNTESTABLE}** | runs missing: bert-thin, albert" in text

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 
 from .errors import Interrupted, LegoError
@@ -354,7 +355,7 @@ def cmd_analyze_attention(args) -> int:
         if not (0 <= layer < L and 0 <= head < H):
             raise LegoError(f"--heads: no head {layer}.{head} (layers 0..{L - 1}, heads 0..{H - 1})")
     with torch.no_grad():
-        _, cache = model.run_with_cache(tokens[:1], ["blocks.*.attn.hook_pattern"], depth=depth)
+        cache = model.activations(tokens[:1], ["blocks.*.attn.hook_pattern"], depth=depth)
     labels = task.vocab.decode(tokens[0])
     maps = [(f"layer {l} head {h}", cache[f"blocks.{l}.attn.hook_pattern"][0, h].numpy()) for l, h in chosen]
     plot_attention_maps(maps, labels, out / "attention_maps.png")
@@ -472,7 +473,9 @@ def cmd_reproduce(args) -> int:
     from .reproduce import reproduce
 
     out = reproduce(args.figure, args.scale, args.seeds, args.runs, args.out, args.pretrained,
-                    log=lambda m: print(m, file=sys.stderr, flush=True), threads=args.threads, mimic_steps=args.mimic_steps)
+                    log=lambda m: print(m, file=sys.stderr, flush=True), threads=args.threads,
+                    mimic_steps=args.mimic_steps, jobs=args.jobs, overrides=args.options, command=args.command,
+                    train=not args.report_only)
     print(f"wrote {out}")
     return 0
 
@@ -591,14 +594,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_pretrain)
 
     s = sub.add_parser("reproduce", help="run and draw one of the paper's figures (reuses and resumes runs)")
-    s.add_argument("figure", help="fig3 fig4 fig5 fig6 fig7 fig9 fig10 fig11 fig18 lego-attention templates")
+    s.add_argument("figure", help="all, fig3 fig4 fig5 fig6 fig7 fig9 fig10 fig11 fig12 fig15 fig16 fig17 fig18 "
+                                  "lego-attention templates")
+    s.add_argument("options", nargs="*", metavar="[key=value ...]",
+                   help="overrides for every run of the figure (e.g. a shrunk model for a smoke test)")
     s.add_argument("--scale", choices=["cpu", "paper"], default="cpu")
     s.add_argument("--seeds", type=int, default=3)
+    s.add_argument("--jobs", type=int, default=1, help="runs trained side by side, each with its share of the cores")
+    s.add_argument("--report-only", action="store_true", help="train nothing: report the runs that finished")
     s.add_argument("--runs", default="runs")
     s.add_argument("--out", default="reports")
     s.add_argument("--pretrained", help="paper scale: hf:PATH of a local bert-base-uncased checkpoint")
     s.add_argument("--threads", type=int, default=0, help="CPU threads per run (0: the config's)")
-    s.add_argument("--mimic-steps", type=int, default=400, help="steps of the mimicking stage")
+    s.add_argument("--mimic-steps", type=int, default=None,
+                   help="steps of the mimicking stage (default: 400 at CPU scale; 1,000 BERT / 5,000 ALBERT at paper scale)")
     s.set_defaults(func=cmd_reproduce)
 
     s = sub.add_parser("demo", help="show the task and train the CPU recipe until it learns the chain")
@@ -619,6 +628,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    args.command = shlex.join(["legolab", *(sys.argv[1:] if argv is None else argv)])  # reports quote it
     # key=value overrides may come after options: `legolab train cfg.yaml --name x train.lr=1e-3`
     if extra:
         listed = getattr(args, "config", None)

@@ -5,7 +5,7 @@ so BERT-base at 64 x 8192 tokens costs nothing to count), with attention on its 
 (explicit QK^T and AV matmuls: the fused CPU kernel is not counted). The hard-coded maps of LEGO
 attention are segment sums and broadcasts, not matmuls: they are not counted, and their cost is
 a few additions per value element. ``analytic_flops`` is the closed form the count is checked
-against. Embeddings, LayerNorm, softmax, biases and the classifier are excluded from both.
+against. Embeddings, LayerNorm, softmax and biases are excluded from both; the encoder has no head.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import replace
 import torch
 
 from ..models import Encoder, ModelConfig
+from ..models.tokenizer import BERT_CLS, BERT_SEP, BERT_VOCAB_SIZE
 
 PRESETS = {
     "bert-base": dict(n_layers=12, d_model=768, n_heads=12, d_ff=3072),
@@ -24,7 +25,8 @@ PRESETS = {
     "cpu": dict(n_layers=6, d_model=64, n_heads=4, d_ff=256),
 }
 ATTENTIONS = {"bert": "standard", "lego-v0": "lego-v0", "lego-v1": "lego-v1"}
-VOCAB = 30522
+VOCAB = BERT_VOCAB_SIZE
+SPECIALS = (BERT_CLS, BERT_SEP)  # what LEGO attention broadcasts from
 
 
 def model_config(preset: str, attention: str, max_len: int) -> ModelConfig:
@@ -47,11 +49,12 @@ def analytic_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
 
 
 def count_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
-    """FlopCounterMode on meta tensors, exact attention path, classifier excluded."""
+    """FlopCounterMode on meta tensors, exact attention path."""
     from torch.utils.flop_counter import FlopCounterMode
 
     with torch.device("meta"):  # the math kernel: SDPA's fused kernels are not counted
-        model = Encoder(replace(cfg, attn_impl="auto" if cfg.attention == "lego-v0" else "math"), VOCAB, 2, special_ids=(101, 102)).eval()
+        model = Encoder(replace(cfg, attn_impl="auto" if cfg.attention == "lego-v0" else "math"), VOCAB,
+                        special_ids=SPECIALS).eval()
         tokens = torch.randint(0, VOCAB, (batch, seq))
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         model(tokens)
@@ -61,7 +64,7 @@ def count_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
 def parameters(cfg: ModelConfig) -> tuple[int, int]:
     """(all parameters, without the embedding tables) at the BERT vocabulary and 512 positions."""
     with torch.device("meta"):
-        m = Encoder(replace(cfg, max_len=512), VOCAB, 2)
+        m = Encoder(replace(cfg, max_len=512), VOCAB)
     return m.num_parameters(), m.num_parameters(exclude_embeddings=True)
 
 
@@ -69,9 +72,9 @@ def parameters(cfg: ModelConfig) -> tuple[int, int]:
 def latency(cfg: ModelConfig, batch: int, seq: int, repeats: int = 3) -> float:
     """Median seconds of one CPU forward pass (the fast path)."""
     torch.manual_seed(0)
-    model = Encoder(cfg, VOCAB, 2, special_ids=(101, 102)).eval()
+    model = Encoder(cfg, VOCAB, special_ids=SPECIALS).eval()
     tokens = torch.randint(1000, VOCAB, (batch, seq))
-    tokens[:, 0], tokens[:, -1] = 101, 102
+    tokens[:, 0], tokens[:, -1] = SPECIALS
     model(tokens)
     times = []
     for _ in range(repeats):

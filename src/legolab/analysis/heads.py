@@ -82,7 +82,7 @@ def score_model(model, task, tokens: torch.Tensor, depth: int | None = None, win
     sums, count = None, 0
     for lo in range(0, len(tokens), batch_size):
         x = tokens[lo:lo + batch_size].long()
-        _, cache = model.run_with_cache(x, ["blocks.*.attn.hook_pattern"], depth=depth)
+        cache = model.activations(x, ["blocks.*.attn.hook_pattern"], depth=depth)
         variable, special = torch.isin(x, var_ids), torch.isin(x, special_ids)
         per_layer = [head_scores(cache[f"blocks.{layer}.attn.hook_pattern"], x, variable, special, window)
                      for layer in range(depth)]

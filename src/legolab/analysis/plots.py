@@ -130,3 +130,35 @@ def plot_probe_grid(grid, out: str | Path, supervised: set[int] = frozenset(), t
     ax.set_title(title or "linear probe accuracy", fontsize=10)
     fig.colorbar(im, ax=ax, shrink=0.8)
     return _save(fig, out)
+
+
+def plot_curves(series: dict[str, tuple[list, list]], out: str | Path, xlabel: str, ylabel: str) -> Path:
+    """One line per label: label -> (xs, ys)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for label, (xs, ys) in series.items():
+        ax.plot(xs, ys, label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return _save(fig, out)
+
+
+def plot_error_vs_samples(panels: dict[str, dict[str, dict]], out: str | Path) -> Path:
+    """One panel per task: test error against training samples (log x), one line per model with
+    its min-max band. ``panels``: task -> model -> {"sizes", "mean_error", "min_error", "max_error"}."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 3.4), squeeze=False)
+    for ax, (task, models) in zip(axes[0], panels.items()):
+        for model, s in models.items():
+            ax.plot(s["sizes"], s["mean_error"], marker="o", label=model)
+            ax.fill_between(s["sizes"], s["min_error"], s["max_error"], alpha=0.2)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("training samples (= training symbols)")
+        ax.set_ylabel("test error, unseen symbols")
+        ax.set_title(task, fontsize=10)
+        ax.set_ylim(-0.02, 0.62)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _save(fig, out)

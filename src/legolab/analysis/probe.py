@@ -24,7 +24,7 @@ def collect_features(model, tokens, positions, depth: int | None = None, batch_s
     out = []
     for lo in range(0, len(tokens), batch_size):
         x, pos = tokens[lo:lo + batch_size].long(), positions[lo:lo + batch_size]
-        _, cache = model.run_with_cache(x, names, depth=depth)
+        cache = model.activations(x, names, depth=depth)
         out.append(torch.stack([torch.gather(cache[n], 1, pos[..., None].expand(-1, -1, cache[n].shape[-1])) for n in names]))
     return torch.cat(out, dim=1)
 

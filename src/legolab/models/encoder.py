@@ -1,4 +1,4 @@
-"""BERT- and ALBERT-style encoders with a token-classification head.
+"""BERT- and ALBERT-style encoders (hidden states) and the token-classification head beside them.
 
 BERT: token + learned position embeddings -> LayerNorm -> n_layers blocks, each
     post-LN (BERT):  x = LN(x + Attn(x));     x = LN(x + FFN(x))
@@ -17,6 +17,7 @@ for are computed and kept.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -24,10 +25,12 @@ from torch import nn
 
 from ..errors import ConfigError
 from .attention import ActivationCache, Context, SelfAttention
+from .tokenizer import check_tokenizer
 
 ARCHS = ("bert", "albert")
 NORMS = ("post", "pre")
 ATTENTIONS = ("standard", "lego-v0", "lego-v1")
+ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu}
 # a block's hooks that need every token of it (the read-out path computes only read-out tokens)
 LAST_BLOCK_HOOKS = ("hook_resid_post", "attn.hook_pattern", "attn.hook_attn_scores")
 
@@ -49,15 +52,12 @@ class ModelConfig:
     residual_init: float = 1.0         # init std of the maps that write into the residual stream
                                        # (attention output, FFN down), as a multiple of init_std;
                                        # 0 starts every block as the identity
-    positions: str = "learned"         # learned (BERT) | sinusoidal (fixed, Vaswani et al.)
-    pos_init: float = 1.0              # init std of the position embeddings, as a multiple of init_std
-    mimetic_init: bool = False         # W_K starts equal to W_Q: same tokens attend to each other at
-                                       # init (Trockman & Kolter 2023; seed 004's mimetic_init_kq)
-    tokenizer: str = "compact"         # compact (the task's ids) | wordpiece (bert-base-uncased ids)
+    tokenizer: str = "compact"         # compact (the task's ids) | wordpiece (bert-base-uncased's) | hf:PATH
+                                       # (a local checkpoint's vocabulary): models/tokenizer.py
+    activation: str = "gelu"           # gelu (exact, BERT) | gelu_tanh (ALBERT's gelu_new) | relu
     attention: str = "standard"        # standard | lego-v0 | lego-v1 (section 5)
     attn_impl: str = "auto"            # auto (math for bf16 on CPU, else sdpa) | math | sdpa: the kernel only
     identity_scaled: bool = False      # seed 004's two trainable scalars per head
-    identity_init: float = 0.0         # initial a (the x x^T score weight); 0 starts as plain attention
     identity_mult: float = 1.0         # fixed multiplier of a and b (seed 004's *_id_mult): Adam moves them
                                        # identity_mult times faster
     conv: int = 0                      # kernel of a depthwise, non-causal convolution added to every
@@ -65,6 +65,10 @@ class ModelConfig:
     lego_kernel: int = 5               # LEGO attention: width of the depthwise convolution
     lego_heads: int = 0                # LEGO v1: ordinary softmax heads beside the 3 hard-coded maps;
                                        # 0: n_heads // 4 (3 of BERT-base's 12, as in the paper)
+
+    # flags removed with their experiments (no effect on the plateau: docs/cpu_recipe.md); run
+    # directories that recorded them at these values still load
+    retired: ClassVar[dict] = {"positions": "learned", "pos_init": 1.0, "mimetic_init": False, "identity_init": 0.0}
 
     def validate(self) -> None:
         def need(ok: bool, key: str, why: str):
@@ -74,9 +78,9 @@ class ModelConfig:
         need(self.arch in ARCHS, "arch", f"must be one of {', '.join(ARCHS)}")
         need(self.norm in NORMS, "norm", f"must be one of {', '.join(NORMS)}")
         need(self.attention in ATTENTIONS, "attention", f"must be one of {', '.join(ATTENTIONS)}")
-        need(self.tokenizer in ("compact", "wordpiece"), "tokenizer", "must be compact or wordpiece")
+        need(check_tokenizer(self.tokenizer), "tokenizer", "must be compact, wordpiece or hf:PATH")
+        need(self.activation in ACTIVATIONS, "activation", f"must be one of {', '.join(ACTIVATIONS)}")
         need(self.attn_impl in ("auto", "math", "sdpa"), "attn_impl", "must be auto, math or sdpa")
-        need(self.positions in ("learned", "sinusoidal"), "positions", "must be learned or sinusoidal")
         for key in ("n_layers", "d_model", "n_heads", "max_len"):
             need(isinstance(getattr(self, key), int) and getattr(self, key) >= 1, key, "must be a positive integer")
         for key in ("d_ff", "d_embed"):
@@ -87,16 +91,12 @@ class ModelConfig:
         need(self.ln_eps > 0, "ln_eps", "must be positive")
         need(self.init_std > 0, "init_std", "must be positive")
         need(self.residual_init >= 0, "residual_init", "must be non-negative")
-        need(self.pos_init >= 0, "pos_init", "must be non-negative")
         need(self.conv == 0 or (self.conv > 0 and self.conv % 2 == 1), "conv", "must be 0 (off) or a positive odd kernel width")
         need(self.lego_kernel >= 1 and self.lego_kernel % 2 == 1, "lego_kernel", "must be a positive odd integer")
         need(0 <= self.lego_heads <= self.n_heads, "lego_heads", f"must be between 0 and n_heads={self.n_heads}")
         need(self.d_embed == 0 or self.arch == "albert", "d_embed", "a factorised embedding is ALBERT's (arch: albert)")
         # combinations that would build and silently do nothing (lego-v0 has no softmax heads)
         v0 = self.attention == "lego-v0"
-        need(not (v0 and self.mimetic_init), "mimetic_init", "initialises softmax heads' W_K: lego-v0 has none")
-        need(self.identity_init == 0 or (self.identity_scaled and not v0), "identity_init",
-             "is the initial a of identity-scaled softmax heads: needs identity_scaled=true and softmax heads")
         need(self.identity_mult == 1.0 or self.identity_scaled, "identity_mult", "scales identity-scaled attention's "
              "scalars: needs identity_scaled=true")
         need(self.identity_mult > 0, "identity_mult", "must be positive")
@@ -125,8 +125,6 @@ class Embeddings(nn.Module):
         super().__init__()
         self.tok = nn.Embedding(vocab_size, cfg.embed)
         self.pos = nn.Embedding(cfg.max_len, cfg.embed)
-        if cfg.positions == "sinusoidal":  # fixed; a shift is then a linear map shared by all positions
-            self.pos.weight.requires_grad_(False)
         self.norm = nn.LayerNorm(cfg.embed, eps=cfg.ln_eps)
         self.drop = nn.Dropout(cfg.dropout)
         self.proj = nn.Linear(cfg.embed, cfg.d_model) if cfg.embed != cfg.d_model else None
@@ -138,13 +136,14 @@ class Embeddings(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, d_model: int, d_ff: int):
+    def __init__(self, d_model: int, d_ff: int, activation: str = "gelu"):
         super().__init__()
         self.up = nn.Linear(d_model, d_ff)
         self.down = nn.Linear(d_ff, d_model)
+        self.act = ACTIVATIONS[activation]
 
     def forward(self, x):
-        return self.down(F.gelu(self.up(x)))
+        return self.down(self.act(self.up(x)))
 
 
 def make_attention(cfg: ModelConfig) -> nn.Module:
@@ -160,28 +159,29 @@ class Block(nn.Module):
         super().__init__()
         self.pre_norm = cfg.norm == "pre"
         self.attn = make_attention(cfg)
-        self.ffn = FeedForward(cfg.d_model, cfg.ff)
+        self.ffn = FeedForward(cfg.d_model, cfg.ff, cfg.activation)
         self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
         self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
         self.drop = nn.Dropout(cfg.dropout)
         self.conv = nn.Conv1d(cfg.d_model, cfg.d_model, cfg.conv, padding=cfg.conv // 2, groups=cfg.d_model) if cfg.conv else None
 
+    @torch.no_grad()
+    def initialise(self, cfg: ModelConfig) -> None:
+        """After BERT's init: the scale of the two maps that write into the residual stream
+        (0: the block starts as the identity)."""
+        if cfg.residual_init != 1.0:
+            for proj in (self.attn.out, self.ffn.down):
+                proj.weight.normal_(0, cfg.init_std * cfg.residual_init) if cfg.residual_init else proj.weight.zero_()
+
     def forward(self, x: torch.Tensor, ctx: Context, name: str, positions: torch.Tensor | None = None) -> torch.Tensor:
         """All tokens, or with ``positions`` (B, P) only the read-out tokens (B, P, d): a last
         block whose other outputs nobody reads needs queries, FFN and norms at P tokens only."""
-        a = self.norm1(x) if self.pre_norm else x
-        a = self._mix(a, ctx)
-        if positions is None:
-            if self.pre_norm:
-                x = x + self.drop(self.attn(a, ctx, f"{name}.attn"))
-                return x + self.drop(self.ffn(self.norm2(x)))
-            x = self.norm1(x + self.drop(self.attn(a, ctx, f"{name}.attn")))
-            return self.norm2(x + self.drop(self.ffn(x)))
-        picked = _gather(x, positions)
+        a = self._mix(self.norm1(x) if self.pre_norm else x, ctx)
+        residual = x if positions is None else _gather(x, positions)
+        y = residual + self.drop(self.attn(a, ctx, f"{name}.attn", positions))
         if self.pre_norm:
-            y = picked + self.drop(self.attn(a, ctx, f"{name}.attn", positions))
             return y + self.drop(self.ffn(self.norm2(y)))
-        y = self.norm1(picked + self.drop(self.attn(a, ctx, f"{name}.attn", positions)))
+        y = self.norm1(y)
         return self.norm2(y + self.drop(self.ffn(y)))
 
     def _mix(self, a: torch.Tensor, ctx: Context) -> torch.Tensor:
@@ -195,46 +195,33 @@ class Block(nn.Module):
 
 
 class Encoder(nn.Module):
-    """Encoder + token-classification head read at the given positions."""
+    """The encoder body: embeddings, blocks, final norm -> hidden states. Heads sit beside it:
+    ``TokenClassifier`` here, the masked-LM head in training/pretrain.py."""
 
-    def __init__(self, cfg: ModelConfig, vocab_size: int, num_classes: int, input_map: torch.Tensor | None = None,
-                 special_ids: tuple[int, ...] = (1, 2)):
+    def __init__(self, cfg: ModelConfig, vocab_size: int, input_map: torch.Tensor | None = None,
+                 special_ids: tuple[int, ...] = (), initialise: bool = True):
         """``input_map`` (task vocabulary -> embedding row) lets a model with another vocabulary
         (WordPiece) read task ids; analyses keep seeing the task's own ids. ``special_ids`` are
-        the BOS and EOS ids that LEGO attention broadcasts from."""
+        the BOS and EOS ids that LEGO attention broadcasts from. A subclass that adds a head
+        passes ``initialise=False`` and calls ``initialise()`` once its head exists."""
         super().__init__()
         cfg.validate()
-        self.cfg, self.num_classes, self.special_ids = cfg, num_classes, special_ids
+        self.cfg, self.special_ids = cfg, special_ids
         self.vocab_size = vocab_size if input_map is None else len(input_map)
         self.register_buffer("input_map", input_map, persistent=input_map is not None)
         self.embed = Embeddings(cfg, vocab_size)
         n_distinct = 1 if cfg.arch == "albert" else cfg.n_layers
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(n_distinct))
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps) if cfg.norm == "pre" else None
-        self.head = nn.Linear(cfg.d_model, num_classes)
+        if initialise:
+            self.initialise()
+
+    @torch.no_grad()
+    def initialise(self) -> None:
+        cfg = self.cfg
         self.apply(lambda m: _init_weights(m, cfg.init_std))
-        if cfg.identity_scaled and cfg.identity_init:
-            with torch.no_grad():
-                for block in self.blocks:
-                    block.attn.id_qk.fill_(cfg.identity_init)
-        if cfg.positions == "sinusoidal":
-            with torch.no_grad():
-                self.embed.pos.weight.copy_(sinusoids(cfg.max_len, cfg.embed) * cfg.init_std * 2 ** 0.5)
-        if cfg.pos_init != 1.0:
-            with torch.no_grad():
-                self.embed.pos.weight.mul_(cfg.pos_init)
-        if cfg.residual_init != 1.0:
-            with torch.no_grad():
-                for block in self.blocks:
-                    for proj in (block.attn.out, block.ffn.down):
-                        proj.weight.normal_(0, cfg.init_std * cfg.residual_init) if cfg.residual_init else proj.weight.zero_()
-        if cfg.mimetic_init:
-            with torch.no_grad():
-                for block in self.blocks:
-                    qkv = getattr(block.attn, "qkv", None)
-                    if qkv is not None:
-                        rows = qkv.weight.shape[0] // 3
-                        qkv.weight[rows:2 * rows] = qkv.weight[:rows]
+        for block in self.blocks:
+            block.initialise(cfg)
 
     @property
     def tied(self) -> bool:
@@ -247,7 +234,8 @@ class Encoder(nn.Module):
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None, depth: int | None = None,
                 cache: ActivationCache | None = None, key_padding: torch.Tensor | None = None,
                 scaffold: float = 0.0, readout_path: bool = True) -> torch.Tensor:
-        """Logits (B, P, classes) at ``positions`` (B, P), or hidden states (B, T, d) without them.
+        """Hidden states after the last block (and the final norm): (B, T, d), or (B, P, d) at
+        ``positions`` (B, P).
 
         ``key_padding`` (B, T, True at padding) is only needed when a batch holds padding.
         ``readout_path``: with ``positions``, the last block runs its queries, feed-forward and
@@ -270,26 +258,28 @@ class Encoder(nn.Module):
         for layer in range(depth):
             name = f"blocks.{layer}"
             block = self.blocks[0 if self.tied else layer]
-            if readout_only and name == last:
-                x = block(x, ctx, name, positions)
-            else:
-                x = block(x, ctx, name)
+            x = block(x, ctx, name, positions if readout_only and name == last else None)
             if ctx.wants(f"{name}.hook_resid_post"):
                 cache[f"{name}.hook_resid_post"] = x
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        if positions is None:
-            return x
-        return self.head(x if readout_only else _gather(x, positions))
+        if positions is not None and not readout_only:
+            x = _gather(x, positions)
+        return self.final_norm(x) if self.final_norm is not None else x
 
-    def readout(self, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """The classifier applied to any layer's residual stream (B, T, d) at ``positions``."""
+    def normed_at(self, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Any layer's residual stream (B, T, d) at ``positions``, through the final norm."""
         h = _gather(hidden, positions)
-        return self.head(self.final_norm(h) if self.final_norm is not None else h)
+        return self.final_norm(h) if self.final_norm is not None else h
 
     def run_with_cache(self, tokens, names, **kwargs) -> tuple[torch.Tensor, ActivationCache]:
+        """(this model's output, the activations named by ``names``): only those are computed and kept."""
         cache = ActivationCache(names)
         return self(tokens, cache=cache, **kwargs), cache
+
+    def activations(self, tokens, names, **kwargs) -> ActivationCache:
+        """The activations named by ``names`` alone (the encoder runs, no head)."""
+        cache = ActivationCache(names)
+        Encoder.forward(self, tokens, cache=cache, **kwargs)
+        return cache
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         n = sum(p.numel() for p in self.parameters())
@@ -298,26 +288,41 @@ class Encoder(nn.Module):
         return n
 
 
-def build_model(cfg: ModelConfig, task) -> Encoder:
+class TokenClassifier(Encoder):
+    """The encoder and a linear read-out of a class at each given position (LEGO: a variable's value)."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int, num_classes: int, input_map: torch.Tensor | None = None,
+                 special_ids: tuple[int, ...] = ()):
+        super().__init__(cfg, vocab_size, input_map, special_ids, initialise=False)
+        self.num_classes = num_classes
+        self.head = nn.Linear(cfg.d_model, num_classes)
+        self.initialise()  # after the head exists: one draw order for every weight
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, **kwargs) -> torch.Tensor:
+        """Logits (B, P, classes) at ``positions`` (B, P); keywords as ``Encoder.forward``."""
+        return self.head(super().forward(tokens, positions, **kwargs))
+
+    def hidden(self, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
+        """Hidden states (B, T, d) of every token."""
+        return Encoder.forward(self, tokens, **kwargs)
+
+    def readout(self, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The classifier applied to any layer's residual stream (B, T, d) at ``positions``."""
+        return self.head(self.normed_at(hidden, positions))
+
+
+def build_model(cfg: ModelConfig, task) -> TokenClassifier:
     """The encoder for ``task``: its own vocabulary, or WordPiece ids through an input map."""
     specials = tuple(task.special_ids)
     if cfg.attention.startswith("lego") and len(specials) != 2:
         raise ConfigError(f"model.attention={cfg.attention}: LEGO attention broadcasts from two boundary tokens "
                           f"(BOS, EOS); task {task.name!r} has {len(specials)}")
-    if cfg.tokenizer == "wordpiece":
-        from .hf import wordpiece_ids, wordpiece_vocab
+    if cfg.tokenizer != "compact":
+        from .tokenizer import input_map
 
-        return Encoder(cfg, len(wordpiece_vocab()), task.num_classes, input_map=wordpiece_ids(task), special_ids=specials)
-    return Encoder(cfg, len(task.vocab), task.num_classes, special_ids=specials)
-
-
-def sinusoids(length: int, dim: int) -> torch.Tensor:
-    pos = torch.arange(length, dtype=torch.float32)[:, None]
-    freq = torch.exp(-torch.arange(0, dim, 2, dtype=torch.float32) * (torch.log(torch.tensor(10000.0)) / dim))
-    table = torch.zeros(length, dim)
-    table[:, 0::2] = torch.sin(pos * freq)
-    table[:, 1::2] = torch.cos(pos * freq[: dim // 2])
-    return table
+        ids, size = input_map(task, cfg.tokenizer)
+        return TokenClassifier(cfg, size, task.num_classes, input_map=ids, special_ids=specials)
+    return TokenClassifier(cfg, len(task.vocab), task.num_classes, special_ids=specials)
 
 
 def _gather(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

@@ -332,7 +332,13 @@ def _build(cls, values: dict, prefix: str):
     hints = typing.get_type_hints(cls)
     known = {f.name for f in fields(cls)}
     kwargs = {}
+    retired = getattr(cls, "retired", {})
     for key, value in values.items():
+        if key in retired:
+            if _coerce(value, type(retired[key]), prefix + key) != retired[key]:
+                raise ConfigError(f"{prefix}{key}: removed (it had no effect: docs/cpu_recipe.md); "
+                                  f"only its old default {retired[key]!r} is accepted, got {value!r}")
+            continue
         if key not in known:
             raise ConfigError(f"{prefix}{key}: unknown key (known: {', '.join(sorted(known))})")
         kwargs[key] = _coerce(value, hints[key], prefix + key)

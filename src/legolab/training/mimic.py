@@ -43,7 +43,7 @@ def manipulation_target(T: int, device="cpu") -> torch.Tensor:
 
 def mimic_loss(model, tokens: torch.Tensor, depth: int | None = None) -> torch.Tensor:
     depth = depth or model.cfg.n_layers
-    _, cache = model.run_with_cache(tokens, ["blocks.*.attn.hook_pattern"], depth=depth)
+    cache = model.activations(tokens, ["blocks.*.attn.hook_pattern"], depth=depth)
     manip, assoc = manipulation_target(tokens.shape[1], tokens.device), association_target(tokens)
     loss = 0.0
     for layer in range(depth):

@@ -33,14 +33,14 @@ from torch import nn
 from ..errors import ConfigError, LegoError
 from ..io import read_jsonl, write_jsonl, write_text
 from ..models import Encoder, ModelConfig
+from ..models.tokenizer import BERT_CLS, BERT_MASK, BERT_PAD, BERT_SEP, BERT_VOCAB_SIZE
 from .checkpoint import load_model_weights, model_weights, read_checkpoint, restore_training_state, save_checkpoint
 from .config import _build, _coerce, apply_overrides, read_config_file, validate_name_and_seed
 from .rundir import RunDir
 from .schedule import SCHEDULES, lr_factor
 from .step import make_optimizer
 
-CLS, SEP, MASK, PAD = 101, 102, 103, 0
-VOCAB = 30522
+CLS, SEP, MASK, PAD, VOCAB = BERT_CLS, BERT_SEP, BERT_MASK, BERT_PAD, BERT_VOCAB_SIZE
 
 
 @dataclass
@@ -157,7 +157,7 @@ def corpus_sequences(spec: str, seq_len: int) -> torch.Tensor:
         from transformers import BertTokenizer
     except ImportError:
         raise LegoError("pretrain: tokenising text needs transformers (pip install 'legolab[hf]')") from None
-    from ..models.hf import minilm_path
+    from ..models.tokenizer import minilm_path
 
     tok = BertTokenizer.from_pretrained(str(minilm_path()))
     tok.model_max_length = 1 << 30  # we pack long texts ourselves
@@ -192,7 +192,7 @@ class MaskedLM(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.encoder = Encoder(cfg, VOCAB, 2, special_ids=(CLS, SEP))
+        self.encoder = Encoder(cfg, VOCAB, special_ids=(CLS, SEP))
         self.transform = nn.Linear(cfg.d_model, cfg.embed)
         self.norm = nn.LayerNorm(cfg.embed, eps=cfg.ln_eps)
         self.bias = nn.Parameter(torch.zeros(VOCAB))

@@ -44,10 +44,10 @@ def load_source(source: str, checkpoint: str = "last", task: dict | None = None,
     then read on ``task`` (``{"name": ..., **config values}``; default: LEGO, sign group, n = 12).
     Returns (run config or None, task, model)."""
     if source == "minilm" or source.startswith("hf:"):
-        from ..models.hf import load_pretrained_into, model_config_from_hf, read_hf_config, resolve
+        from ..models.hf import checkpoint_tokenizer, load_pretrained_into, model_config_from_hf, read_hf_config, resolve
         from ..tasks import task_config
 
-        model_cfg = model_config_from_hf(read_hf_config(resolve(source)))
+        model_cfg = model_config_from_hf(read_hf_config(resolve(source)), tokenizer=checkpoint_tokenizer(source))
         values = dict(task or {"name": "lego"})
         name = values.pop("name", "lego")
         task = make_task(name, task_config(name, **values), seed=seed)

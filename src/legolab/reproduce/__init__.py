@@ -1,0 +1,162 @@
+"""One command per paper figure: ``legolab reproduce FIG|all [key=value ...] [--scale cpu|paper]``.
+
+A figure is a set of variants (``figures.py``), trained as runs (``runs.py``: reused when finished,
+resumed when interrupted, so the command can be killed and started again), then summarised and
+judged against the paper's claim in ``reports/FIG-SCALE/FIG.md`` (``report.py``). Figures that
+read other figures' runs or train none are in ``analyses.py``. At paper scale launch it under
+torchrun: every run is data-parallel.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from ..errors import LegoError
+from .analyses import ANALYSIS_FUNCTIONS, TEMPLATE_MODELS, TEMPLATE_SIZES, TEMPLATE_TASKS, template_runs
+from .figures import ANALYSES, FIGURES, ORDER, UNTESTABLE, check_figure
+from .report import SCALE_NOTES, accuracy_table, first_pass_table, summarise, write_index, write_report
+from .runs import Run, ensure_run, finished, mimic_settings, runs_for, train_runs
+
+__all__ = ["ANALYSES", "FIGURES", "ORDER", "Run", "SCALE_NOTES", "TEMPLATE_MODELS", "TEMPLATE_SIZES", "TEMPLATE_TASKS",
+           "ensure_run", "figure_runs", "mimic_settings", "reproduce", "runs_for", "template_runs"]
+
+TITLES = {**{f: FIGURES[f].title for f in FIGURES}, **ANALYSES}
+
+
+def figure_runs(fig: str, scale: str, seeds: int, pretrained: str | None = None, overrides: list[str] = (),
+                mimic_steps: int | None = None) -> list[tuple[str, Run]]:
+    """(label, Run) of a training figure at ``scale``."""
+    return runs_for(FIGURES[fig].variant_labels(scale), scale, seeds, pretrained, list(overrides), mimic_steps)
+
+
+def reproduce(fig: str, scale: str = "cpu", seeds: int = 3, runs_root: str = "runs", out_root: str = "reports",
+              pretrained: str | None = None, log=print, threads: int = 0, mimic_steps: int | None = None,
+              jobs: int = 1, overrides: list[str] = (), command: str = "", train: bool = True) -> Path:
+    """Train what ``fig`` needs and write its report; ``all``: every figure, then the index.
+    ``train=False`` writes the reports from the runs that finished. Returns the report
+    (``FIG.md``) or, for ``all``, the index page."""
+    if scale not in ("cpu", "paper"):
+        raise LegoError(f"--scale: cpu or paper, got {scale!r}")
+    for flag, value, low in (("--seeds", seeds, 1), ("--threads", threads, 0), ("--mimic-steps", mimic_steps or 1, 1),
+                             ("--jobs", jobs, 1)):
+        if value < low:
+            raise LegoError(f"{flag}: must be at least {low}, got {value}")
+    bad = [o for o in overrides if "=" not in o]
+    if bad:
+        raise LegoError(f"{bad[0]!r}: overrides are key=value (e.g. train.steps=2000)")
+    command = command or f"legolab reproduce {fig} --scale {scale} --seeds {seeds}"
+    kwargs = dict(scale=scale, seeds=seeds, runs_root=runs_root, out_root=out_root, pretrained=pretrained, log=log,
+                  threads=threads, mimic_steps=mimic_steps, jobs=jobs, overrides=overrides, command=command,
+                  train=train)
+    if fig == "all":
+        # every training run of the set first, so that --jobs keeps every lane busy
+        every = []
+        for name in FIGURES:
+            try:
+                every += [run for _, run in figure_runs(name, scale, seeds, pretrained, overrides, mimic_steps)]
+            except LegoError:
+                pass  # the figure's own report says why
+        train_runs(every, Path(runs_root), log, jobs, threads, train)
+        for name in ORDER:
+            if name == "templates" and scale != "cpu":
+                continue
+            try:
+                _one(name, **kwargs)
+            except LegoError as e:  # a figure that cannot run is named on the index, the others go on
+                log(f"{name}: {e}")
+                _write_refusal(name, str(e), **kwargs)
+        return write_index(Path(out_root), scale, ORDER, TITLES)
+    check_figure(fig)
+    return _one(fig, **kwargs)
+
+
+def _one(fig, scale, seeds, runs_root, out_root, pretrained, log, threads, mimic_steps, jobs, overrides, command,
+         train) -> Path:
+    started = time.time()
+    main = int(os.environ.get("RANK", "0")) == 0
+    out, root = Path(out_root) / f"{fig}-{scale}", Path(runs_root)
+    if fig in FIGURES:
+        labelled = figure_runs(fig, scale, seeds, pretrained, overrides, mimic_steps)
+        results = train_runs([r for _, r in labelled], root, log, jobs, threads, train)
+        if not main:
+            return out / f"{fig}.md"
+        verdicts, body, data, note, train_time = _training_figure(fig, scale, labelled, results, out)
+    else:
+        if overrides:
+            raise LegoError(f"{fig}: key=value overrides apply to training figures only")
+        if not main:
+            return out / f"{fig}.md"
+        verdicts, body, data, note, train_time = ANALYSIS_FUNCTIONS[fig](
+            scale=scale, root=root, out=out, log=log, pretrained=pretrained, seeds=seeds, jobs=jobs, threads=threads,
+            train=train)
+    figure = FIGURES.get(fig)
+    note = note or (figure.notes.get(scale, "") if figure else "")
+    if overrides:
+        note = "; ".join(x for x in (note, f"every run also took `{' '.join(overrides)}`") if x)
+    claim = figure.claim if figure else ANALYSES[fig]
+    path = write_report(out, fig, scale, TITLES[fig], claim, verdicts, body, note, command, started, data, train_time)
+    write_index(Path(out_root), scale, ORDER, TITLES)
+    return path
+
+
+def _training_figure(fig, scale, labelled, results, out):
+    from ..analysis.plots import plot_runs
+
+    groups: dict[str, list[Path]] = {}
+    problems = []
+    for label, run in labelled:
+        res = results[run.name]
+        if isinstance(res, Path) and finished(res):
+            groups.setdefault(label, []).append(res)
+        else:
+            problems.append(f"- {label}, {run.name}: {res if isinstance(res, str) else 'did not finish'}")
+    summary = summarise(groups)
+    verdicts = FIGURES[fig].verdicts(scale, summary)
+    body = []
+    if summary:
+        plot_runs([str(d[0]) for d in groups.values()], str(out / "accuracy.png"))
+        body += ["Final test accuracy (%) per chain index, mean (min-max) over seeds; * supervised.",
+                 accuracy_table(summary),
+                 "Step at which each chain index first reached 95% test accuracy (mean over seeds; - never), and the "
+                 "largest fall of a variable's accuracy after it first passed 90%:", first_pass_table(summary),
+                 "![accuracy per variable over training, seed 0 of each variant](accuracy.png)"]
+    if fig == "fig5" and groups:
+        sweep = _depth_sweep(groups)
+        summary["depth_sweep"] = sweep
+        body.append("Accuracy (%) per chain index evaluated at other depths (seed 0):\n\n" + "\n".join(
+            f"- {label}, depth {depth}: " + " ".join(f"{100 * a:.0f}" for a in accs)
+            for label, rows in sweep.items() for depth, accs in rows.items()))
+    if problems:
+        body.append("Runs missing from this report:\n\n" + "\n".join(problems))
+    runs = {label: [str(d) for d in dirs] for label, dirs in groups.items()}
+    train_time = sum(sum(s["train_time_s"]) for k, s in summary.items() if k != "depth_sweep")
+    return verdicts, "\n\n".join(body), {"summary": summary, "runs": runs, "problems": problems}, "", train_time
+
+
+def _depth_sweep(groups) -> dict:
+    import torch
+
+    from ..training.data import TensorBatch
+    from ..training.evaluate import evaluate
+    from ..training.runs import load_run
+
+    sweep = {}
+    for label, dirs in groups.items():
+        _, task, model = load_run(dirs[0], "last")
+        data = TensorBatch.from_batch(task.sample("depth-sweep", range(2000)))
+        sweep[label] = {}
+        for depth in (4, 6, 8, 10, 12, 14, 16, 20):
+            with torch.no_grad():
+                sweep[label][depth] = evaluate(model, data, task.num_steps, depth=depth)["acc_per_step"]
+    return sweep
+
+
+def _write_refusal(fig, reason, scale, out_root, command, **_):
+    """A figure that could not run at all still gets a report saying why."""
+    check_figure(fig)
+    figure = FIGURES.get(fig)
+    write_report(Path(out_root) / f"{fig}-{scale}", fig, scale, TITLES[fig], figure.claim if figure else ANALYSES[fig],
+                 [("the figure", UNTESTABLE, reason)], "", "", command, time.time(), {})
+

@@ -1,0 +1,333 @@
+"""What each figure of the paper trains, what it claims, and how the claim is judged.
+
+A *variant* is a label for one kind of run (``bert``, ``albert-ntr12``, ``d3-mimic-bert``): a
+config kind (``STEMS``) plus overrides, the same at every figure that uses it, so figures share
+runs (fig3's ``bert`` is also fig15's n = 12 and fig16's depth 6). A *judge* turns the measured
+summary of a figure into verdicts, one per part of the paper's claim: ``holds``, ``does not
+hold``, or ``cannot be tested at this scale`` (with the reason), each with its evidence.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import LegoError
+
+HOLDS, FAILS, UNTESTABLE = "holds", "does not hold", "cannot be tested at this scale"
+PASS = 0.95      # a variable is learned at 95% test accuracy
+MARGIN = 0.05    # "better" means at least 5 points more mean accuracy
+
+# config kind -> (shipped config, overrides), per scale. At paper scale the MiniLM-shaped runs
+# of Fig. 6 and 12 are BERT-base reading word pieces, so that random, pretrained (--pretrained,
+# a local bert-base-uncased) and mimicking starts share one model.
+D3_AIDS = ["train.steps=16000", "train.scaffold_steps=6000", "train.guide_steps=6000"]  # cpu/bert-d3's
+STEMS = {
+    "cpu": {"bert": ("cpu/bert", []), "albert": ("cpu/albert", []), "minilm": ("cpu/minilm", []),
+            "bert-d3": ("cpu/bert-d3", []), "albert-d3": ("cpu/albert", ["task.group=d3", *D3_AIDS]),
+            "pretrain": ("cpu/pretrain", [])},
+    "paper": {"bert": ("paper/bert-base", []), "albert": ("paper/albert-base", []),
+              "minilm": ("paper/bert-base", ["model.tokenizer=wordpiece"]),
+              "bert-d3": ("paper/bert-base", ["task.group=d3"]), "albert-d3": ("paper/albert-base", ["task.group=d3"])},
+}
+SHORTCUT = "train.supervise=[0,1,2,3,4,11]"
+NO_SCAFFOLD = ["train.scaffold=0", "train.guide=0"]  # LEGO attention hard-codes what they teach
+STOCHASTIC_DEPTH = ["train.depth_min=6", "train.depth_max=12", "train.eval_depth=12"]
+DEPTHS = {"cpu": (2, 4, 6, 8), "paper": (3, 6, 9, 12)}
+CHAINS = (8, 12, 16, 20)
+# Fig. 17's thin BERT: at CPU scale 28 wide (d_ff 84) has 50,570 parameters without embeddings,
+# cpu/albert 50,882; at paper scale the paper's hidden size 96 (d_ff 384)
+THIN = {"cpu": ["model.d_model=28", "model.d_ff=84"], "paper": ["model.d_model=96", "model.d_ff=384"]}
+
+
+@dataclass(frozen=True)
+class Variant:
+    stem: str
+    overrides: tuple[str, ...] = ()
+    mimic: bool = False       # initialised by a mimicking stage (section 4.2.2) of the same config
+    pretrained: bool = False  # initialised from a pretrained checkpoint
+
+
+def catalogue(scale: str) -> dict[str, Variant]:
+    """Every variant label at ``scale``."""
+    v = {
+        "bert": Variant("bert"), "albert": Variant("albert"),
+        "bert-ntr12": Variant("bert", ("train.n_tr=12",)), "albert-ntr12": Variant("albert", ("train.n_tr=12",)),
+        "albert-depth12": Variant("albert", ("model.n_layers=12",)),
+        "albert-stochastic-depth": Variant("albert", tuple(STOCHASTIC_DEPTH)),
+        "bert-0to4": Variant("bert", ("train.n_tr=5",)), "bert-0to4+11": Variant("bert", (SHORTCUT,)),
+        "albert-0to4": Variant("albert", ("train.n_tr=5",)), "albert-0to4+11": Variant("albert", (SHORTCUT,)),
+        "bert-thin": Variant("bert", tuple(THIN[scale])),
+        "d3-bert": Variant("bert-d3"), "d3-albert": Variant("albert-d3"), "d3-mimic-bert": Variant("bert-d3", mimic=True),
+        "lego-v0": Variant("bert", ("model.attention=lego-v0", *NO_SCAFFOLD)),
+        "lego-v1": Variant("bert", ("model.attention=lego-v1", *NO_SCAFFOLD)),
+        "identity-scaled": Variant("bert", ("model.identity_scaled=true",)),
+    }
+    for init in ("random", "pretrained", "mimic"):
+        for suffix, extra in (("", ()), ("-ntr12", ("train.n_tr=12",))):
+            v[f"minilm-{init}{suffix}"] = Variant("minilm", extra, mimic=init == "mimic", pretrained=init == "pretrained")
+    for n in CHAINS:
+        v[f"bert-n{n}"] = Variant("bert", (f"task.n={n}", f"train.n_tr={n - 6}"))
+    for arch in ("bert", "albert"):
+        for d in DEPTHS[scale]:
+            v[f"{arch}-depth{d}"] = Variant(arch, (f"model.n_layers={d}",))
+    if scale == "cpu":
+        # the CPU mimicking stage starts from zeroed residual branches: this control separates
+        # that start from the mimicking itself
+        v["minilm-zero-residual"] = Variant("minilm", ("model.residual_init=0",))
+        v["d3-zero-residual-bert"] = Variant("bert-d3", ("model.residual_init=0",))
+    return v
+
+
+# ---- the measured summary a judge reads ----------------------------------------------------------
+# label -> {"seeds", "mean", "min", "max" (final test accuracy per chain index), "supervised",
+#           "chance", "first_pass" (step at which each index first reached PASS, mean over seeds;
+#           None if a seed never did), "max_dip", "steps"}
+Summary = dict[str, dict]
+Verdict = tuple[str, str, str]  # (part of the claim, verdict, evidence)
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def mean_at(s: dict, idx) -> float:
+    return statistics.fmean(s["mean"][i] for i in idx)
+
+
+def learned(s: dict) -> bool:
+    return all(s["mean"][i] >= PASS for i in s["supervised"])
+
+
+def unsupervised(s: dict) -> list[int]:
+    return [i for i in range(len(s["mean"])) if i not in s["supervised"]]
+
+
+def _need(S: Summary, *labels) -> str | None:
+    missing = [x for x in labels if x not in S]
+    return f"runs missing: {', '.join(missing)}" if missing else None
+
+
+def _idx(idx) -> str:
+    idx = list(idx)
+    return f"#{idx[0]}..#{idx[-1]}" if len(idx) > 2 and idx == list(range(idx[0], idx[-1] + 1)) else \
+        ", ".join(f"#{i}" for i in idx)
+
+
+def better(S: Summary, a: str, b: str, idx=None, part: str = "") -> Verdict:
+    """``a`` generalises better than ``b`` on ``idx`` (default: ``a``'s unsupervised indices)."""
+    part = part or f"{a} better than {b}"
+    if (why := _need(S, a, b)):
+        return part, UNTESTABLE, why
+    sa, sb = S[a], S[b]
+    idx = list(idx if idx is not None else unsupervised(sa))
+    if not learned(sa):
+        return part, UNTESTABLE, f"{a} did not learn its supervised variables ({_idx(sa['supervised'])} at " \
+                                 f"{pct(min(sa['mean'][i] for i in sa['supervised']))} or less), so it cannot extrapolate"
+    da, db = mean_at(sa, idx), mean_at(sb, idx)
+    evidence = f"mean accuracy on {_idx(idx)}: {a} {pct(da)}, {b} {pct(db)}"
+    return part, HOLDS if da - db >= MARGIN else FAILS, evidence
+
+
+def classical(S: Summary, labels, part="classical generalisation: every supervised variable learned") -> Verdict:
+    if (why := _need(S, *labels)):
+        return part, UNTESTABLE, why
+    worst = {x: min(S[x]["mean"][i] for i in S[x]["supervised"]) for x in labels}
+    evidence = "lowest supervised accuracy: " + ", ".join(f"{x} {pct(w)}" for x, w in worst.items())
+    return part, HOLDS if all(w >= PASS for w in worst.values()) else FAILS, evidence
+
+
+def shortcut_early(S: Summary, label: str, early: bool) -> Verdict:
+    """Fig. 3 top / Fig. 12: with all 12 supervised, is the last variable learned before most of
+    the others (the parity shortcut) or later than / alongside them?"""
+    part = f"{label}: #11 learned {'before most other variables (the shortcut)' if early else 'later than or alongside the others'}"
+    if (why := _need(S, label)):
+        return part, UNTESTABLE, why
+    s = S[label]
+    first = s["first_pass"]
+    if all(f is None for f in first):
+        return part, UNTESTABLE, f"no variable reached {pct(PASS)}: the model learned nothing to order"
+    if first[-1] is None:
+        return part, UNTESTABLE if not early else FAILS, f"#11 never reached {pct(PASS)} (final {pct(s['mean'][-1])})"
+    others = [f for f in first[1:-1]]
+    before = sum(1 for f in others if f is None or f > first[-1])
+    evidence = f"#11 passed {pct(PASS)} at step {first[-1]:.0f}, before {before} of #1..#10; " \
+               f"largest drop of a learned variable: {pct(s['max_dip'][0])} (#{s['max_dip'][1]})"
+    is_early = before > len(others) / 2
+    return part, HOLDS if is_early == early else FAILS, evidence
+
+
+# ---- judges, one per figure ------------------------------------------------------------------------
+def judge_fig3(S):
+    return [classical(S, [x for x in ("bert", "albert", "bert-ntr12", "albert-ntr12")]),
+            better(S, "albert", "bert", [6, 7, 8], "n_tr = 6: ALBERT extrapolates (#6, #7 near-perfect, #8 non-trivial), BERT barely"),
+            shortcut_early(S, "bert-ntr12", True), shortcut_early(S, "albert-ntr12", True)]
+
+
+def judge_fig5(S):
+    return [better(S, "albert-stochastic-depth", "albert-depth12",
+                   part="stochastic depth 6..12 extrapolates better than fixed depth 12 (both tested at depth 12)")]
+
+
+def judge_fig6(S):
+    out = [better(S, "minilm-pretrained", "minilm-random", part="pretrained generalises better than random init"),
+           better(S, "minilm-mimic", "minilm-random", part="mimicking narrows the gap to pretrained")]
+    if "minilm-zero-residual" in S:
+        out.append(better(S, "minilm-mimic", "minilm-zero-residual",
+                          part="control: mimicking beats its own zero-residual start without mimicking"))
+    return out
+
+
+def judge_fig11(S):
+    return [better(S, f"{a}-0to4", f"{a}-0to4+11", list(range(5, 11)),
+                   f"{a}: supervising #11 as well degrades extrapolation to #5..#10") for a in ("bert", "albert")]
+
+
+def judge_fig12(S):
+    return [shortcut_early(S, "minilm-pretrained-ntr12", False), shortcut_early(S, "minilm-mimic-ntr12", False),
+            shortcut_early(S, "minilm-random-ntr12", True)]
+
+
+def judge_fig15(S):
+    part = "longer training chains extrapolate better: n = 8 not at all, n = 20 strongly"
+    labels = [f"bert-n{n}" for n in CHAINS]
+    if (why := _need(S, *labels)):
+        return [(part, UNTESTABLE, why)]
+    ext = {x: mean_at(S[x], unsupervised(S[x])) for x in labels}
+    evidence = "mean accuracy on the 6 unsupervised variables: " + ", ".join(f"n = {x[6:]} {pct(e)}" for x, e in ext.items())
+    if not learned(S["bert-n20"]):
+        return [(part, UNTESTABLE, "n = 20 did not learn its supervised variables; " + evidence)]
+    return [(part, HOLDS if ext["bert-n20"] - ext["bert-n8"] >= MARGIN else FAILS, evidence)]
+
+
+def judge_fig16(scale):
+    def judge(S):
+        out = []
+        for arch in ("bert", "albert"):
+            low, high = f"{arch}-depth{DEPTHS[scale][0]}", f"{arch}-depth{DEPTHS[scale][-1]}"
+            out.append(better(S, high, low, part=f"{arch}: greater depth generalises better"))
+        return out
+    return judge
+
+
+def judge_fig17(S):
+    part = "thin BERT with ALBERT's parameter count lacks ALBERT's generalisation (#2 stays near chance)"
+    if (why := _need(S, "bert-thin", "albert")):
+        return [(part, UNTESTABLE, why)]
+    thin, albert = S["bert-thin"], S["albert"]
+    evidence = f"#2: thin BERT {pct(thin['mean'][2])}, ALBERT {pct(albert['mean'][2])}; mean on #0..#11: " \
+               f"{pct(mean_at(thin, range(12)))} vs {pct(mean_at(albert, range(12)))}"
+    if not learned(albert):
+        return [(part, UNTESTABLE, "ALBERT did not learn its supervised variables; " + evidence)]
+    return [(part, HOLDS if albert["mean"][2] - thin["mean"][2] >= MARGIN else FAILS, evidence)]
+
+
+def judge_fig18(S):
+    out = [better(S, "d3-mimic-bert", "d3-bert", part="Task 2: mimicking BERT generalises better than random BERT")]
+    if "d3-zero-residual-bert" in S:
+        out.append(better(S, "d3-mimic-bert", "d3-zero-residual-bert",
+                          part="control: mimicking beats its own zero-residual start without mimicking"))
+    part = "no model generalises non-trivially beyond one extra variable (#7..#11 near chance)"
+    labels = [x for x in ("d3-bert", "d3-albert", "d3-mimic-bert") if x in S]
+    if not labels:
+        out.append((part, UNTESTABLE, "runs missing"))
+    else:
+        beyond = {x: mean_at(S[x], range(7, 12)) for x in labels}
+        chance = S[labels[0]]["chance"]
+        evidence = f"mean on #7..#11 (chance {pct(chance)}): " + ", ".join(f"{x} {pct(b)}" for x, b in beyond.items())
+        out.append((part, HOLDS if all(b < chance + 0.1 for b in beyond.values()) else FAILS, evidence))
+    return out
+
+
+def judge_lego_attention(S):
+    return [better(S, "lego-v1", "bert", list(range(12)), "LEGO v1 matches or beats BERT on Task 1 (all 12 variables)"),
+            better(S, "lego-v0", "bert", list(range(12)), "LEGO v0 beats BERT on Task 1 (all 12 variables)")]
+
+
+@dataclass
+class Figure:
+    title: str
+    claim: str                                   # the paper's claim, one sentence
+    labels: Callable[[str], list[str]] | list[str]
+    judge: Callable[[Summary], list[Verdict]] | Callable[[str], Callable] = None
+    notes: dict[str, str] = field(default_factory=dict)  # scale -> what differs from the paper there
+    scale_judge: bool = False                    # judge takes the scale first
+
+    def variant_labels(self, scale: str) -> list[str]:
+        labels = self.labels(scale) if callable(self.labels) else self.labels
+        known = catalogue(scale)
+        return [x for x in labels if x in known]  # scale-specific controls drop out elsewhere
+
+    def verdicts(self, scale: str, summary: Summary) -> list[Verdict]:
+        return (self.judge(scale) if self.scale_judge else self.judge)(summary)
+
+
+FIGURES = {
+    "fig3": Figure("BERT vs ALBERT (random init): test accuracy per variable, n = 12, n_tr = 6 (bottom) and 12 (top)",
+                   "Both BERT and ALBERT generalise classically; only ALBERT extrapolates beyond the supervised "
+                   "variables; with all 12 supervised, #11 is learned early through the parity shortcut.",
+                   ["bert", "albert", "bert-ntr12", "albert-ntr12"], judge_fig3),
+    "fig5": Figure("ALBERT with stochastic depth 6..12 vs fixed depth 12, both evaluated at depth 12",
+                   "Training ALBERT at depths drawn from 6..12 and testing at 12 improves length extrapolation.",
+                   ["albert-depth12", "albert-stochastic-depth"], judge_fig5),
+    "fig6": Figure("random vs pretrained vs mimicking initialisation",
+                   "Pretrained BERT extrapolates much better and sooner than random BERT; mimicking initialisation "
+                   "narrows the gap.",
+                   ["minilm-random", "minilm-pretrained", "minilm-mimic", "minilm-zero-residual"], judge_fig6,
+                   {"cpu": "MiniLM (6 x 384, all-MiniLM-L6-v2's weights) stands in for BERT-base; cpu/minilm's "
+                           "300 steps without the CPU recipe's aids; mimicking: 400 steps of 32 from zeroed residual "
+                           "branches at lr 1e-2 / 3e-3 (the public code: 1,000 steps of 200 at 5e-5 from BERT's init), "
+                           "hence the zero-residual control"}),
+    "fig11": Figure("shortcut: supervising #0..#4 and #11 vs #0..#4",
+                    "Models supervised on #0..#4 and #11 generalise worse to the intermediate variables than "
+                    "models supervised on #0..#4 only.",
+                    ["bert-0to4", "bert-0to4+11", "albert-0to4", "albert-0to4+11"], judge_fig11),
+    "fig12": Figure("pretrained and mimicking vs random init, all 12 variables supervised",
+                    "Pretrained and mimicking models avoid the shortcut: #11 improves later than or alongside "
+                    "the other variables.",
+                    ["minilm-random-ntr12", "minilm-pretrained-ntr12", "minilm-mimic-ntr12"], judge_fig12,
+                    {"cpu": "MiniLM stands in for pretrained BERT and ALBERT (no ALBERT checkpoint ships offline); "
+                            "300 steps"}),
+    "fig15": Figure("chain length n = 8, 12, 16, 20 with n_tr = n - 6",
+                    "Longer training chains generalise better: n = 8 learns its training length but not unseen "
+                    "ones, n = 20 generalises strongly beyond it.",
+                    [f"bert-n{n}" for n in CHAINS], judge_fig15,
+                    {"cpu": "random-init 6-layer BERT (the paper: depth-12 models, pretrained BERT most clearly)"}),
+    "fig16": Figure("model depth: BERT and ALBERT at several depths, n = 12",
+                    "Greater depth improves generalisation for random BERT and ALBERT, with a depth threshold "
+                    "below n.",
+                    lambda scale: [f"{a}-depth{d}" for a in ("bert", "albert") for d in DEPTHS[scale]],
+                    judge_fig16, {"cpu": "depths 2, 4, 6, 8 (the paper: up to 12)"}, scale_judge=True),
+    "fig17": Figure("thin BERT with ALBERT's parameter count vs ALBERT",
+                    "At matched parameter count a thin BERT lacks ALBERT's extrapolation and in-distribution "
+                    "generalisation: its #2 stays near 50%.",
+                    ["bert-thin", "albert", "bert"], judge_fig17,
+                    {"cpu": "thin BERT 28 wide (d_ff 84): 50,570 parameters without embeddings, ALBERT 50,882",
+                     "paper": "thin BERT 96 wide as in the paper (1.34M parameters without embeddings; "
+                              "ALBERT-base has 7.19M)"}),
+    "fig18": Figure("Task 2 (D3): BERT, ALBERT, mimicking BERT",
+                    "On Task 2 mimicking helps at least as much as pretraining, and no model generalises "
+                    "non-trivially beyond one extra variable.",
+                    ["d3-bert", "d3-albert", "d3-mimic-bert", "d3-zero-residual-bert"], judge_fig18,
+                    {"cpu": "cpu/bert-d3's recipe (aids for 6,000 steps, 16,000 steps); no pretrained run"}),
+    "lego-attention": Figure("BERT vs LEGO attention v0 / v1 vs identity-scaled BERT on Task 1",
+                             "Not a figure of the paper: section 5 introduces LEGO attention for pretraining; "
+                             "this compares it with BERT on Task 1 itself.",
+                             ["bert", "lego-v0", "lego-v1", "identity-scaled"], judge_lego_attention),
+}
+# computed from other figures' runs or without training runs: legolab.reproduce.analyses
+ANALYSES = {
+    "fig4": "per-layer probes of the fig3 runs (seed 0)",
+    "fig7": "attention head scores of pretrained MiniLM before fine-tuning, and of the fig6 runs",
+    "fig9": "inference FLOPs, size and latency: BERT vs LEGO v0 vs v1",
+    "fig10": "masked-LM pretraining: BERT vs LEGO v0 vs v1 validation loss",
+    "templates": "seed 004: test error on unseen symbols vs training samples, standard vs identity-scaled attention",
+}
+ORDER = ["fig3", "fig4", "fig5", "fig6", "fig7", "fig9", "fig10", "fig11", "fig12", "fig15", "fig16", "fig17",
+         "fig18", "lego-attention", "templates"]
+
+
+def check_figure(fig: str) -> None:
+    if fig not in FIGURES and fig not in ANALYSES:
+        raise LegoError(f"unknown figure {fig!r} (known: all, {', '.join(ORDER)})")

@@ -1,0 +1,129 @@
+"""Measured summaries of run directories, and the reports: ``FIG.md`` per figure, an index per scale."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+from ..io import read_jsonl, write_json, write_text
+from .figures import FAILS, HOLDS, PASS, UNTESTABLE, Verdict
+
+SCALE_NOTES = {
+    "cpu": "**Scaled down (CPU scale).** 6-layer, 64-wide pre-LN encoders (ALBERT: one shared layer) trained "
+           "with the CPU recipe of `docs/cpu_recipe.md`: a kernel-7 convolution on each attention input, an "
+           "association scaffold annealed away by step 6,000, guidance, deep and operand supervision; "
+           "8,000 steps of 32 fresh sentences (Task 2: 16,000); 2,000 test sentences. The paper: 12 layers, "
+           "768 wide, post-LN, Adam 5e-5, batch 1,000, 200 epochs of 120,000 sentences, no aids.",
+    "paper": "**Paper scale.** The paper's setting (appendix B.2): 12 layers, 768 wide, Adam 5e-5, batch 1,000, "
+             "cosine schedule, 200 epochs of 10^4 n sentences.",
+}
+
+
+def run_summary(run_dir: Path) -> dict:
+    from ..training.runs import run_config
+
+    cfg = run_config(run_dir)
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    if not records:
+        raise ValueError(f"{run_dir}: no evaluations recorded")
+    n = len(records[-1]["test_acc_per_step"])
+    first = [next((r["step"] for r in records if r["test_acc_per_step"][i] >= PASS), None) for i in range(n)]
+    dip = (0.0, 0)
+    for i in range(n):  # the largest fall of a variable after it first passed 90%
+        peak, passed = 0.0, False
+        for r in records:
+            a = r["test_acc_per_step"][i]
+            if passed and peak - a > dip[0]:
+                dip = (peak - a, i)
+            peak, passed = max(peak, a), passed or a >= 0.9
+    return {"final": records[-1]["test_acc_per_step"], "first_pass": first, "dip": dip, "step": records[-1]["step"],
+            "supervised": list(cfg.train.supervised_steps(n)), "chance": 1 / cfg.make_task().num_classes,
+            "time": records[-1]["time"]}
+
+
+def summarise(groups: dict[str, list[Path]]) -> dict:
+    """label -> final test accuracy per chain index (mean, min, max over seeds), the step each
+    index first reached PASS (mean; None where a seed never did), the largest dip, times."""
+    out = {}
+    for label, dirs in groups.items():
+        runs = [run_summary(d) for d in dirs]
+        per = list(zip(*[r["final"] for r in runs]))
+        firsts = list(zip(*[r["first_pass"] for r in runs]))
+        out[label] = {
+            "seeds": len(runs), "mean": [statistics.fmean(v) for v in per], "min": [min(v) for v in per],
+            "max": [max(v) for v in per],
+            "first_pass": [None if None in f else statistics.fmean(f) for f in firsts],
+            "max_dip": max(r["dip"] for r in runs), "supervised": runs[0]["supervised"], "chance": runs[0]["chance"],
+            "steps": runs[0]["step"], "train_time_s": [r["time"] for r in runs],
+        }
+    return out
+
+
+def accuracy_table(summary: dict) -> str:
+    n = max(len(s["mean"]) for s in summary.values())
+    rows = ["| variant | seeds | " + " | ".join(f"#{i}" for i in range(n)) + " | train time (s) |", "|" + "---|" * (n + 3)]
+    for label, s in summary.items():
+        cells = [f"{100 * m:.0f}" + ("*" if i in s["supervised"] else "") + (f" ({100 * lo:.0f}-{100 * hi:.0f})" if s["seeds"] > 1 else "")
+                 for i, (m, lo, hi) in enumerate(zip(s["mean"], s["min"], s["max"]))]
+        cells += [""] * (n - len(cells))
+        rows.append(f"| {label} | {s['seeds']} | " + " | ".join(cells) + f" | {statistics.fmean(s['train_time_s']):.0f} |")
+    return "\n".join(rows) + "\n"
+
+
+def first_pass_table(summary: dict) -> str:
+    n = max(len(s["mean"]) for s in summary.values())
+    rows = ["| variant | " + " | ".join(f"#{i}" for i in range(n)) + " | largest dip |", "|" + "---|" * (n + 2)]
+    for label, s in summary.items():
+        cells = ["-" if f is None else f"{f:.0f}" for f in s["first_pass"]] + [""] * (n - len(s["first_pass"]))
+        dip, at = s["max_dip"]
+        rows.append(f"| {label} | " + " | ".join(cells) + f" | {100 * dip:.0f} points (#{at}) |")
+    return "\n".join(rows) + "\n"
+
+
+def verdict_table(verdicts: list[Verdict]) -> str:
+    rows = ["| part of the claim | verdict | evidence |", "|---|---|---|"]
+    rows += [f"| {part} | **{verdict}** | {evidence} |" for part, verdict, evidence in verdicts]
+    return "\n".join(rows) + "\n"
+
+
+def write_report(out: Path, fig: str, scale: str, title: str, claim: str, verdicts: list[Verdict], body: str,
+                 note: str, command: str, started: float, data: dict, train_time: float | None = None) -> Path:
+    """``out/FIG.md`` and ``out/summary.json``; returns the report's path."""
+    wall = time.time() - started
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    timing = f"wall time of this command {wall:,.0f} s"
+    if train_time is not None:
+        timing += f" (training time of its runs, summed: {train_time:,.0f} s; finished runs are reused)"
+    text = (f"# {fig} ({scale} scale): {title}\n\n**The paper's claim.** {claim}\n\n{verdict_table(verdicts)}\n"
+            f"{SCALE_NOTES[scale]}" + (f" This figure: {note}." if note else "") + "\n\n"
+            f"{body.rstrip()}\n\n---\n`{command}`, {date}, {timing}.\n")
+    write_json(out / "summary.json", {**data, "verdicts": [list(v) for v in verdicts], "command": command,
+                                      "date": date, "wall_s": wall, "train_time_s": train_time})
+    path = out / f"{fig}.md"
+    write_text(path, text)
+    return path
+
+
+def write_index(out_root: Path, scale: str, order: list[str], titles: dict[str, str]) -> Path:
+    """``index-{scale}.md``: every figure with its verdicts, from the reports that exist."""
+    rows = ["| figure | what | verdicts | report |", "|---|---|---|---|"]
+    counts = {HOLDS: 0, FAILS: 0, UNTESTABLE: 0}
+    for fig in order:
+        summary = out_root / f"{fig}-{scale}" / "summary.json"
+        if not summary.is_file():
+            rows.append(f"| {fig} | {titles[fig]} | not run | |")
+            continue
+        data = json.loads(summary.read_text())
+        verdicts = data.get("verdicts", [])
+        for _, v, _ in verdicts:
+            counts[v] = counts.get(v, 0) + 1
+        cell = "<br>".join(f"{v}: {part}" for part, v, _ in verdicts) or "no verdict"
+        rows.append(f"| {fig} | {titles[fig]} | {cell} | [{fig}.md]({fig}-{scale}/{fig}.md) ({data.get('date', '')}) |")
+    head = (f"# Reproductions at {scale} scale\n\nWritten by `legolab reproduce` after each figure; "
+            f"`legolab reproduce all --scale {scale}` runs them all. Verdicts so far: "
+            + ", ".join(f"{k} {v}" for k, v in counts.items()) + ".\n\n")
+    path = out_root / f"index-{scale}.md"
+    write_text(path, head + "\n".join(rows) + "\n")
+    return path

@@ -1,0 +1,200 @@
+"""The training runs behind a figure: resolve them, check leftovers, train, resume or reuse.
+
+A run is named ``{scale}-{label}-s{seed}``. Two labels whose configs are equal at a scale share
+one run (fig15's n = 12 is fig3's ``bert``), under the first label of ``catalogue``'s order.
+A run directory of a run's name is reused only if it holds that config; any other is refused,
+before anything trains. Independent runs can train side by side (``jobs``), each in its own
+process with its share of the threads.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import LegoError
+from ..io import read_jsonl
+from .figures import STEMS, catalogue
+
+
+@dataclass
+class Run:
+    name: str
+    config: str
+    overrides: list[str] = field(default_factory=list)
+    mimic: dict | None = None  # settings of the mimicking stage that initialises the run
+
+
+def mimic_settings(scale: str, arch: str, steps: int | None = None) -> dict:
+    """CPU scale: 400 steps of 32 from zeroed residual branches, Adam at 1e-2 / 3e-3 (what makes
+    every layer learn its heads in minutes; fig6 / fig18 carry the zero-residual control). Paper
+    scale: the public code's values, Adam 5e-5 from BERT's initialisation, 1,000 steps of 200
+    sentences for BERT and 5,000 for ALBERT."""
+    if scale == "cpu":
+        return {"steps": steps or 400, "batch_size": 32, "lr": None, "residual_init": 0.0}
+    return {"steps": steps or (5000 if arch == "albert" else 1000), "batch_size": 200, "lr": 5e-5, "residual_init": 1.0}
+
+
+def _config_for(scale: str, label: str, extra: list[str], pretrained: str | None) -> tuple[str, list[str]]:
+    v = catalogue(scale)[label]
+    config, base = STEMS[scale][v.stem]
+    overrides = [*base, *v.overrides]
+    if v.pretrained:
+        if scale == "paper" and not pretrained:
+            raise LegoError(f"{label} at paper scale needs --pretrained hf:PATH (a local bert-base-uncased)")
+        overrides.append(f"train.init={pretrained if scale == 'paper' else 'minilm'}")  # cpu/minilm's shape
+    return config, overrides + list(extra)
+
+
+def canonical_labels(scale: str, labels: list[str], extra: list[str] = (), pretrained: str | None = None) -> dict[str, str]:
+    """label -> the label whose run it uses: the first label of the catalogue with an equal config."""
+    from ..training.config import load_config
+
+    known, seen, out = catalogue(scale), {}, {}
+    for label in known:  # catalogue order decides which name a shared run gets
+        config, overrides = _config_for(scale, label, extra, pretrained or "hf:pretrained")
+        key = (repr(load_config(config, overrides).to_dict()), known[label].mimic)
+        seen.setdefault(key, label)
+        if label in labels:
+            out[label] = seen[key]
+    return out
+
+
+def runs_for(fig_labels: list[str], scale: str, seeds: int, pretrained: str | None = None,
+             extra: list[str] = (), mimic_steps: int | None = None) -> list[tuple[str, Run]]:
+    """(label, Run) for every label and seed; labels that share a config share the Run."""
+    from ..training.config import load_config
+
+    known = catalogue(scale)
+    canon = canonical_labels(scale, fig_labels, extra, pretrained)
+    out = []
+    for label in fig_labels:
+        config, overrides = _config_for(scale, canon[label], extra, pretrained)
+        mimic = None
+        if known[label].mimic:
+            mimic = mimic_settings(scale, load_config(config, overrides).model.arch, mimic_steps)
+        for seed in range(seeds):
+            out.append((label, Run(f"{scale}-{canon[label]}-s{seed}", config, overrides + [f"seed={seed}"], mimic)))
+    return out
+
+
+def finished(run_dir: Path) -> bool:
+    if not (run_dir / "config.yaml").is_file():
+        return False
+    from ..training.runs import run_config
+
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    return bool(records) and records[-1]["step"] >= run_config(run_dir).train.total_steps()
+
+
+def _asked(run: Run, runs_root: Path):
+    from ..training.config import load_config
+
+    overrides = list(run.overrides)
+    if run.mimic:
+        overrides.append(f"train.init={runs_root / f'{run.name}-mimic-init'}")
+    return load_config(run.config, overrides + [f"name={run.name}"]), overrides
+
+
+def check_leftovers(runs: list[Run], runs_root: Path) -> None:
+    """Refuse, before anything trains, a run directory that holds another config than asked."""
+    from ..training.config import diff_configs
+    from ..training.runs import run_config
+    from ..training.trainer import RESUMABLE_CHANGES
+
+    for run in runs:
+        run_dir = runs_root / run.name
+        if (run_dir / "config.yaml").is_file():
+            changes = diff_configs(run_config(run_dir), _asked(run, runs_root)[0], ignore=RESUMABLE_CHANGES)
+            if changes:
+                raise LegoError(f"{run_dir} holds a run of another config ({'; '.join(changes[:3])}"
+                                f"{f'; {len(changes) - 3} more' if len(changes) > 3 else ''}): move it away, "
+                                "or give reproduce another --runs directory")
+        mimic_log = runs_root / f"{run.name}-mimic-init" / "mimic.jsonl"
+        if run.mimic and mimic_log.is_file() and read_jsonl(mimic_log)[-1]["step"] != run.mimic["steps"]:
+            raise LegoError(f"{mimic_log.parent} holds a mimicking stage of {read_jsonl(mimic_log)[-1]['step']} steps, "
+                            f"not {run.mimic['steps']}: move it away or pass --mimic-steps to match")
+
+
+def ensure_run(run: Run, runs_root: Path, log) -> Path:
+    """Train, resume or reuse one run (its mimicking stage first, where it has one)."""
+    from ..training.trainer import start_or_resume
+
+    run_dir = runs_root / run.name
+    if finished(run_dir):
+        log(f"{run.name}: done, reused")
+        return run_dir
+    asked, overrides = _asked(run, runs_root)
+    mimic_dir = runs_root / f"{run.name}-mimic-init"
+    if run.mimic and not (mimic_dir / "checkpoints" / "last.safetensors").is_file():
+        from ..training.config import load_config
+        from ..training.mimic import mimic
+
+        if mimic_dir.exists():
+            shutil.rmtree(mimic_dir)
+        log(f"{run.name}: mimicking stage ({run.mimic['steps']} steps)")
+        mimic(load_config(run.config, run.overrides), mimic_dir, log=log, **run.mimic)
+    if (run_dir / "checkpoints" / "last.safetensors").is_file():
+        log(f"{run.name}: resuming")
+        threads = [o for o in overrides if o.startswith("train.threads=")]  # the one change a resume may make
+        start_or_resume(None, threads, resume_dir=run_dir, progress=None)
+    else:
+        if run_dir.exists():  # started but never checkpointed: start over
+            shutil.rmtree(run_dir)
+        log(f"{run.name}: training")
+        start_or_resume(run.config, overrides, runs_root=runs_root, name=run.name, progress=None)
+    return run_dir
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}" if not isinstance(e, LegoError) else (text[0] if text else "")
+
+
+def _worker(run: Run, runs_root: str) -> str:
+    import sys
+
+    return str(ensure_run(run, Path(runs_root), lambda m: print(m, file=sys.stderr, flush=True)))
+
+
+def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: int = 0,
+               train: bool = True) -> dict[str, Path | str]:
+    """Every run (once per name), ``jobs`` at a time. name -> run directory, or a one-line
+    reason where the run failed (the figure then names it instead of stopping). ``train=False``
+    trains nothing: finished runs are reported, the others named."""
+    unique = list({r.name: r for r in runs}.values())
+    if not train:
+        return {r.name: runs_root / r.name if finished(runs_root / r.name) else "not trained yet (--report-only)"
+                for r in unique}
+    if jobs > 1 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise LegoError("--jobs: runs under torchrun are data-parallel already; use --jobs 1")
+    threads = threads or (max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else 0)
+    if threads:
+        for r in unique:
+            r.overrides = [o for o in r.overrides if not o.startswith("train.threads=")] + [f"train.threads={threads}"]
+    check_leftovers(unique, runs_root)
+    results: dict[str, Path | str] = {}
+    if jobs <= 1 or len(unique) == 1:
+        for r in unique:
+            try:
+                results[r.name] = ensure_run(r, runs_root, log)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as e:  # one failed run must not lose the others
+                results[r.name] = f"failed: {_one_line(e)}"
+                log(f"{r.name}: {results[r.name]}")
+        return results
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {r.name: pool.submit(_worker, r, str(runs_root)) for r in unique}
+        for name, future in futures.items():
+            try:
+                results[name] = Path(future.result())
+            except Exception as e:
+                results[name] = f"failed: {_one_line(e)}"
+                log(f"{name}: {results[name]}")
+    return results
