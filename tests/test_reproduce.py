@@ -218,3 +218,15 @@ def test_report_only_trains_nothing_and_names_what_is_missing(tmp_path, monkeypa
     text = (tmp_path / "reports" / "fig17-cpu" / "fig17.md").read_text()
     assert "- bert-thin, cpu-bert-thin-s0: not trained yet (--report-only)" in text
     assert f"**{UNTESTABLE}** | runs missing: bert-thin, albert" in text
+
+
+def test_probe_figure_reads_fig3s_runs_and_judges_the_flow(tmp_path, monkeypatch):
+    write_configs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["reproduce", "fig4", "--seeds", "1"]) == 0
+    report = tmp_path / "reports" / "fig4-cpu"
+    assert (report / "probe-bert.png").is_file() and (report / "probe-albert.json").is_file()
+    probe = json.loads((report / "probe-albert.json").read_text())
+    assert len(probe["accuracy"]) == 3 and len(probe["accuracy"][0]) == 12  # embeddings + 2 layers, 12 steps
+    verdicts = json.loads((report / "summary.json").read_text())["verdicts"]
+    assert len(verdicts) == 1 and verdicts[0][1] in VERDICTS

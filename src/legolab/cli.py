@@ -273,9 +273,16 @@ def _config_values(task) -> dict:
 
 
 def cmd_plot(args) -> int:
-    from .analysis.plots import plot_runs
+    from pathlib import Path
 
-    out = plot_runs(args.runs, args.out)
+    from .analysis.plots import plot_runs
+    from .training.runs import run_curves
+
+    curves = [run_curves(d) for d in args.runs]
+    for name, _, records in curves:
+        if not records:
+            raise LegoError(f"{name}: no evaluations recorded yet (metrics.jsonl is empty)")
+    out = plot_runs(curves, args.out or (Path(args.runs[0]) / "accuracy.png" if len(args.runs) == 1 else "accuracy.png"))
     print(f"wrote {out}")
     return 0
 
@@ -309,9 +316,8 @@ def _analysis_depth(args, cfg, model) -> int:
 def cmd_analyze_attention(args) -> int:
     import torch
 
-    from .analysis.heads import classify, score_model
-    from .analysis.plots import plot_attention_maps, plot_head_scores
-    from .io import write_json
+    from .analysis.heads import head_report, write_head_report
+    from .analysis.plots import plot_attention_maps
     from .training.runs import load_source
 
     _check_non_negative(args, "seed", "threads", "window", positive=("count",))
@@ -319,16 +325,11 @@ def cmd_analyze_attention(args) -> int:
     torch.set_num_threads(args.threads or torch.get_num_threads())
     depth = _analysis_depth(args, cfg, model)
     tokens = torch.from_numpy(task.sample("analysis", range(args.count)).tokens).long()
-    scores = score_model(model, task, tokens, depth=depth, window=args.window)
+    report = {"source": args.source, **head_report(model, task, tokens, depth=depth, window=args.window)}
     out = _out_dir(args)
-    L, H = scores["association"].shape
-    rows = []
-    for layer in range(L):
-        for head in range(H):
-            s = {k: float(v[layer, head]) for k, v in scores.items()}
-            rows.append({"layer": layer, "head": head, **s, "kind": classify(s)})
-    write_json(out / "head_scores.json", {"source": args.source, "depth": depth, "sentences": args.count, "heads": rows})
-    plot_head_scores(scores, out / "head_scores.png", title=f"{args.source}: head scores on {args.count} sentences")
+    write_head_report(report, out, title=f"{args.source}: head scores on {args.count} sentences")
+    rows = report["heads"]
+    L, H = len(report["scores"]["association"]), len(report["scores"]["association"][0])
     from rich.console import Console
     from rich.table import Table
 
@@ -339,8 +340,8 @@ def cmd_analyze_attention(args) -> int:
         t.add_row(str(r["layer"]), str(r["head"]), *(f"{r[k]:.2f}" for k in ("association", "manipulation", "shift", "broadcast")),
                   r["kind"])
     Console().print(t)
-    kinds = [r["kind"] for r in rows]
-    print(f"{kinds.count('association')} association and {kinds.count('manipulation')} manipulation heads of {len(rows)}")
+    c = report["counts"]
+    print(f"{c['association']} association and {c['manipulation']} manipulation heads of {c['heads']}")
     # full maps of chosen heads on one sentence
     try:
         picked = [tuple(int(x) for x in h.split(".")) for h in args.heads.split(",")] if args.heads else None
@@ -366,23 +367,19 @@ def cmd_analyze_attention(args) -> int:
 def cmd_analyze_probe(args) -> int:
     import torch
 
-    from .analysis.plots import plot_probe_grid
-    from .analysis.probe import probe_grid
-    from .io import write_json
+    from .analysis.probe import probe_report, write_probe_report
     from .training.runs import load_source
 
     _check_non_negative(args, "seed", "threads", positive=("train", "test"))
     cfg, task, model = load_source(args.source, args.checkpoint, _analysis_task(args), args.seed)
     torch.set_num_threads(args.threads or torch.get_num_threads())
     depth = _analysis_depth(args, cfg, model)
-    grid = probe_grid(model, task, args.train, args.test, depth=depth, seed=args.seed)
+    supervised = cfg.train.supervised_steps(task.num_steps) if cfg else ()
+    report = {"source": args.source, **probe_report(model, task, supervised, args.train, args.test, depth, args.seed)}
     out = _out_dir(args)
-    supervised = set(cfg.train.supervised_steps(task.num_steps)) if cfg else set()
-    write_json(out / "probe.json", {"source": args.source, "depth": depth, "rows": "layer (0 = embedding output)",
-                                    "columns": "chain index", "accuracy": grid.tolist()})
-    plot_probe_grid(grid, out / "probe.png", supervised, title=f"{args.source}: probe accuracy (depth {depth})")
-    print("layer  " + " ".join(f"#{i:<4d}" for i in range(grid.shape[1])))
-    for layer, row in enumerate(grid.tolist()):
+    write_probe_report(report, out, title=f"{args.source}: probe accuracy (depth {depth})")
+    print("layer  " + " ".join(f"#{i:<4d}" for i in range(len(report["accuracy"][0]))))
+    for layer, row in enumerate(report["accuracy"]):
         print(f"{'emb' if layer == 0 else layer:>5}  " + " ".join(f"{a:5.2f}" for a in row))
     print(f"wrote {out / 'probe.json'}, {out / 'probe.png'}")
     return 0

@@ -90,3 +90,32 @@ def score_model(model, task, tokens: torch.Tensor, depth: int | None = None, win
         sums = batch if sums is None else {k: sums[k] + batch[k] for k in sums}
         count += len(x)
     return {k: v / count for k, v in sums.items()}
+
+
+def head_report(model, task, tokens: torch.Tensor, depth: int | None = None, window: int = 2) -> dict:
+    """Every head's scores and kind: {"depth", "sentences", "scores" (name -> layers x heads),
+    "heads" (one row per head), "counts" (association / manipulation / heads)}."""
+    depth = depth or model.cfg.n_layers
+    scores = score_model(model, task, tokens, depth=depth, window=window)
+    L, H = scores["association"].shape
+    rows = []
+    for layer in range(L):
+        for head in range(H):
+            s = {k: float(v[layer, head]) for k, v in scores.items()}
+            rows.append({"layer": layer, "head": head, **s, "kind": classify(s)})
+    kinds = [r["kind"] for r in rows]
+    return {"depth": depth, "sentences": len(tokens), "scores": {k: v.tolist() for k, v in scores.items()}, "heads": rows,
+            "counts": {"association": kinds.count("association"), "manipulation": kinds.count("manipulation"), "heads": L * H}}
+
+
+def write_head_report(report: dict, out_dir, name: str = "head_scores", title: str = "") -> list:
+    """``{name}.json`` and the heat maps ``{name}.png``."""
+    from pathlib import Path
+
+    from ..io import write_json
+    from .plots import plot_head_scores
+
+    out_dir = Path(out_dir)
+    write_json(out_dir / f"{name}.json", report)
+    plot_head_scores({k: torch.tensor(v) for k, v in report["scores"].items()}, out_dir / f"{name}.png", title=title)
+    return [out_dir / f"{name}.json", out_dir / f"{name}.png"]

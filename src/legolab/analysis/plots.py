@@ -1,4 +1,4 @@
-"""Paper-style figures from run directories (matplotlib, drawn off-screen)."""
+"""Paper-style figures from data (matplotlib, drawn off-screen); nothing here reads run directories."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from pathlib import Path
 
 from ..errors import LegoError
 from ..io import atomic_path
-from ..training.runs import run_config, run_metrics
 
 
 def _pyplot():
@@ -18,45 +17,41 @@ def _pyplot():
     return plt
 
 
-def plot_runs(run_dirs: list[str], out: str | None = None, x: str = "epoch") -> Path:
-    """One panel per run with test accuracy per chain variable over training (the paper's Fig. 3),
-    and a last panel with the final accuracy per chain index of every run side by side."""
+def plot_runs(runs: list[tuple[str, set[int], list[dict]]], out: str | Path, x: str = "epoch") -> Path:
+    """One panel per run with test accuracy per step over training (the paper's Fig. 3), and a
+    last panel with the final accuracy per step of every run side by side. ``runs``: (name,
+    supervised steps, evaluation records) each, as ``training.runs.run_curves`` reads them."""
     plt = _pyplot()
-    runs = []
-    for d in run_dirs:
-        cfg, records = run_config(d), run_metrics(d)
-        if not records:
-            raise LegoError(f"{d}: no evaluations recorded yet (metrics.jsonl is empty)")
-        runs.append((Path(d), cfg, records))
+    if not runs or any(not records for _, _, records in runs):
+        raise LegoError("plot: a run has no evaluations recorded yet (metrics.jsonl is empty)")
     k = len(runs)
     fig, axes = plt.subplots(1, k + 1, figsize=(4.2 * (k + 1), 3.6), squeeze=False)
     axes = axes[0]
     cmap = plt.get_cmap("viridis")
     # Task 2 has chance 1/6: keep every curve in view
     bottom = max(0.0, min(0.4, min(a for _, _, rs in runs for r in rs for a in r["test_acc_per_step"]) - 0.05))
-    for ax, (path, cfg, records) in zip(axes, runs):
+    for ax, (name, supervised, records) in zip(axes, runs):
         n = len(records[0]["test_acc_per_step"])
-        supervised = set(cfg.train.supervised_steps(n))
         xs = [r[x] for r in records]
         for i in range(n):
             ys = [r["test_acc_per_step"][i] for r in records]
             ax.plot(xs, ys, color=cmap(i / max(1, n - 1)), lw=1.4, ls="-" if i in supervised else "--", label=f"#{i}")
-        ax.set_title(path.name, fontsize=10)
+        ax.set_title(name, fontsize=10)
         ax.set_xlabel(x)
         ax.set_ylim(bottom, 1.02)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("test accuracy")
-    axes[0].legend(fontsize=6, ncol=2, title="variable (dashed: unsupervised)", title_fontsize=6, loc="lower right")
+    axes[0].legend(fontsize=6, ncol=2, title="step (dashed: unsupervised)", title_fontsize=6, loc="lower right")
     ax = axes[-1]
-    for path, _, records in runs:
+    for name, _, records in runs:
         accs = records[-1]["test_acc_per_step"]
-        ax.plot(range(len(accs)), accs, marker="o", ms=3, label=path.name)
-    ax.set_title("final test accuracy per chain index", fontsize=10)
-    ax.set_xlabel("chain index")
+        ax.plot(range(len(accs)), accs, marker="o", ms=3, label=name)
+    ax.set_title("final test accuracy per step", fontsize=10)
+    ax.set_xlabel("step (chain index)")
     ax.set_ylim(bottom, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return _save(fig, Path(out) if out else (runs[0][0] / "accuracy.png" if k == 1 else Path("accuracy.png")))
+    return _save(fig, out)
 
 
 def _save(fig, out: str | Path) -> Path:

@@ -89,3 +89,27 @@ def probe_grid(model, task, n_train: int = 2000, n_test: int = 1000, depth: int 
         out[split] = (feats[:, idx].reshape(L1 * n, size, -1), targets[idx].unsqueeze(0).expand(L1, n, size).reshape(L1 * n, size))
     acc = train_probes(*out["probe-train"], *out["probe-test"], num_classes=task.num_classes, epochs=epochs, seed=seed)
     return acc.view(-1, n)
+
+
+def probe_report(model, task, supervised=(), n_train: int = 2000, n_test: int = 1000, depth: int | None = None,
+                 seed: int = 0) -> dict:
+    """{"depth", "accuracy" (layers + 1 rows, 0 = embeddings; a column per step), "supervised",
+    "first_layer" (per step, the first layer whose probe reaches 90%, or None)}."""
+    depth = depth or model.cfg.n_layers
+    grid = probe_grid(model, task, n_train, n_test, depth=depth, seed=seed)
+    first = [next((layer for layer, a in enumerate(grid[:, i].tolist()) if a >= 0.9), None) for i in range(grid.shape[1])]
+    return {"depth": depth, "accuracy": grid.tolist(), "supervised": sorted(supervised), "first_layer": first}
+
+
+def write_probe_report(report: dict, out_dir, name: str = "probe", title: str = "") -> list:
+    """``{name}.json`` and the layers x steps grid ``{name}.png``."""
+    from pathlib import Path
+
+    from ..io import write_json
+    from .plots import plot_probe_grid
+
+    out_dir = Path(out_dir)
+    write_json(out_dir / f"{name}.json", report)
+    plot_probe_grid(torch.tensor(report["accuracy"]), out_dir / f"{name}.png", set(report["supervised"]),
+                    title=title or f"linear probe accuracy (depth {report['depth']})")
+    return [out_dir / f"{name}.json", out_dir / f"{name}.png"]

@@ -103,6 +103,7 @@ def _one(fig, scale, seeds, runs_root, out_root, pretrained, log, threads, mimic
 
 def _training_figure(fig, scale, labelled, results, out):
     from ..analysis.plots import plot_runs
+    from ..training.runs import run_curves
 
     groups: dict[str, list[Path]] = {}
     problems = []
@@ -116,7 +117,7 @@ def _training_figure(fig, scale, labelled, results, out):
     verdicts = FIGURES[fig].verdicts(scale, summary)
     body = []
     if summary:
-        plot_runs([str(d[0]) for d in groups.values()], str(out / "accuracy.png"))
+        plot_runs([run_curves(d[0]) for d in groups.values()], out / "accuracy.png")
         body += ["Final test accuracy (%) per chain index, mean (min-max) over seeds; * supervised.",
                  accuracy_table(summary),
                  "Step at which each chain index first reached 95% test accuracy (mean over seeds; - never), and the "

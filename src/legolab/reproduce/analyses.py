@@ -15,10 +15,6 @@ from .figures import FAILS, HOLDS, STEMS, UNTESTABLE
 from .runs import Run, finished, runs_for, train_runs
 
 
-def _first_layer(column, level=0.9):
-    return next((layer for layer, a in enumerate(column) if a >= level), None)
-
-
 def _correlation(xs, ys) -> float | None:
     if len(xs) < 3 or len(set(ys)) < 2:
         return None
@@ -27,30 +23,28 @@ def _correlation(xs, ys) -> float | None:
 
 def fig4(scale, root, out, log, pretrained, train=True, **_):
     """Linear probes at every layer of fig3's BERT and ALBERT (seed 0)."""
-    from ..analysis import plots
-    from ..analysis.probe import probe_grid
+    from ..analysis.probe import probe_report, write_probe_report
     from ..training.runs import load_run
 
     labelled = runs_for(["bert", "albert"], scale, 1, pretrained)
     results = train_runs([r for _, r in labelled], root, log, train=train)
-    grids, layers, body = {}, {}, []
+    reports, body = {}, []
     for label, run in labelled:
         if not isinstance(results[run.name], Path):
             body.append(f"- {run.name}: {results[run.name]}")
             continue
         cfg, task, model = load_run(results[run.name], "last")
-        grid = probe_grid(model, task, depth=cfg.train.eval_depth or None)
         supervised = list(cfg.train.supervised_steps(task.num_steps))
-        plots.plot_probe_grid(grid, out / f"probe-{label}.png", set(supervised), title=f"{label}: probe accuracy")
-        grids[label] = grid.tolist()
-        layers[label] = [_first_layer(grid[:, i].tolist()) for i in supervised]
+        reports[label] = probe_report(model, task, supervised, depth=cfg.train.eval_depth or None)
+        write_probe_report(reports[label], out, f"probe-{label}", title=f"{label}: probe accuracy")
+        first = [reports[label]["first_layer"][i] for i in supervised]
         body.append(f"![{label}](probe-{label}.png)\n\n{label}: first layer (0 = embeddings) at which a linear probe "
                     f"reads #k at >= 90%, for the supervised #0..#{supervised[-1]}: "
-                    + ", ".join("-" if x is None else str(x) for x in layers[label]))
+                    + ", ".join("-" if x is None else str(x) for x in first))
     part = "ALBERT's layer-wise flow is closer to linear (#k readable from about layer k) than BERT's"
     corr = {}
-    for label, ls in layers.items():
-        pts = [(k, x) for k, x in enumerate(ls) if x is not None]
+    for label, r in reports.items():
+        pts = [(k, r["first_layer"][k]) for k in r["supervised"] if r["first_layer"][k] is not None]
         corr[label] = _correlation([k for k, _ in pts], [x for _, x in pts])
     if len(corr) < 2 or None in corr.values():
         verdict = (part, UNTESTABLE, "too few variables are readable at some layer to compare the flows")
@@ -59,21 +53,20 @@ def fig4(scale, root, out, log, pretrained, train=True, **_):
                    f"correlation of chain index and first readable layer: ALBERT {corr['albert']:.2f}, BERT {corr['bert']:.2f}")
     note = "deep supervision (a CPU-recipe aid) trains every layer's read-out, which pushes both models towards a " \
            "linear flow" if scale == "cpu" else ""
-    return [verdict], "\n\n".join(body), {"probe": grids, "first_layer": layers}, note, None
+    return [verdict], "\n\n".join(body), {"probe": reports}, note, None
 
 
 def fig7(scale, root, out, log, pretrained, **_):
     """Head scores of the pretrained model before fine-tuning, and of fig6's runs (seed 0) that exist."""
     import torch
 
-    from ..analysis import plots
-    from ..analysis.heads import classify, score_model
+    from ..analysis.heads import head_report, write_head_report
     from ..training.runs import load_source
 
     source = "minilm" if scale == "cpu" else (pretrained or "minilm")
     _, task, model = load_source(source)
     tokens = torch.from_numpy(task.sample("analysis", range(200)).tokens).long()
-    result, counts, body = {}, {}, []
+    reports, body = {}, []
     models = [("pretrained", source, None)] + [(label, str(root / run.name), run) for label, run in
                                               runs_for(["minilm-random", "minilm-pretrained", "minilm-mimic"], scale, 1, pretrained)]
     for label, src, run in models:
@@ -82,16 +75,13 @@ def fig7(scale, root, out, log, pretrained, **_):
             continue
         if run is not None:
             _, task, model = load_source(src)
-        scores = score_model(model, task, tokens)
-        name = "head_scores.png" if run is None else f"head_scores-{label}.png"
-        plots.plot_head_scores(scores, out / name, title=f"{src} {'before fine-tuning' if run is None else 'after training'}")
-        result[label] = {k: v.tolist() for k, v in scores.items()}
-        L, H = scores["association"].shape
-        kinds = [classify({k: float(v[layer, h]) for k, v in scores.items()}) for layer in range(L) for h in range(H)]
-        counts[label] = {"association": kinds.count("association"), "manipulation": kinds.count("manipulation"), "heads": L * H}
-        body.append(f"![{label}]({name})\n\n{label}: {counts[label]['association']} association and "
-                    f"{counts[label]['manipulation']} manipulation heads of {L * H}")
-    c = counts["pretrained"]
+        reports[label] = head_report(model, task, tokens)
+        name = "head_scores" if run is None else f"head_scores-{label}"
+        write_head_report(reports[label], out, name, title=f"{src} {'before fine-tuning' if run is None else 'after training'}")
+        c = reports[label]["counts"]
+        body.append(f"![{label}]({name}.png)\n\n{label}: {c['association']} association and "
+                    f"{c['manipulation']} manipulation heads of {c['heads']}")
+    c = reports["pretrained"]["counts"]
     verdicts = [("pretrained BERT has association and manipulation heads",
                  HOLDS if c["association"] and c["manipulation"] else FAILS,
                  f"{c['association']} association, {c['manipulation']} manipulation heads of {c['heads']}"),
@@ -99,7 +89,7 @@ def fig7(scale, root, out, log, pretrained, **_):
                  HOLDS if c["association"] + c["manipulation"] >= 0.75 * c["heads"] else FAILS,
                  f"{c['association'] + c['manipulation']} of {c['heads']} heads (thresholds: docs/analysis.md)")]
     note = "all-MiniLM-L6-v2 (6 x 12 heads) stands in for BERT-base" if source == "minilm" else ""
-    return verdicts, "\n\n".join(body), {"head_scores": result, "counts": counts}, note, None
+    return verdicts, "\n\n".join(body), {"counts": {k: r["counts"] for k, r in reports.items()}}, note, None
 
 
 def fig9(scale, root, out, log, pretrained, **_):

@@ -39,6 +39,13 @@ def run_metrics(run_dir: str | Path) -> list[dict]:
     return read_jsonl(run_dir / "metrics.jsonl")
 
 
+def run_curves(run_dir: str | Path) -> tuple[str, set[int], list[dict]]:
+    """(name, supervised steps, evaluation records) of a run: what ``plots.plot_runs`` draws."""
+    cfg, records = run_config(run_dir), run_metrics(run_dir)
+    n = len(records[0]["test_acc_per_step"]) if records else 0
+    return Path(run_dir).name, set(cfg.train.supervised_steps(n)), records
+
+
 def load_source(source: str, checkpoint: str = "last", task: dict | None = None, seed: int = 0):
     """A run directory, or a pretrained checkpoint (``minilm``, ``hf:PATH``) before fine-tuning,
     then read on ``task`` (``{"name": ..., **config values}``; default: LEGO, sign group, n = 12).
