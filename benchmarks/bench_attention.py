@@ -21,7 +21,7 @@ from legolab.tasks import make_task
 from legolab.training.config import load_config
 from legolab.training.step import make_optimizer, make_train_step
 
-VARIANTS = {"bert": [], "lego-v0": ["model.attention=lego-v0"], "lego-v1": ["model.attention=lego-v1"],
+VARIANTS = {"standard": [], "lego-v0": ["model.attention=lego-v0"], "lego-v1": ["model.attention=lego-v1"],
             "identity-scaled": ["model.identity_scaled=true"]}
 
 
@@ -57,9 +57,9 @@ def main() -> None:
                 t = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - t)
-    base = statistics.median(times["bert"])
+    base = statistics.median(times["standard"])
     print(f"{args.config}: batch {B}, {args.threads} threads, median of {args.rounds * args.steps} steps")
-    print(f"{'attention':16s} {'ms/step':>8s} {'sent/s':>8s} {'s per 120k':>11s} {'vs bert':>8s}")
+    print(f"{'attention':16s} {'ms/step':>8s} {'sent/s':>8s} {'s per 120k':>11s} {'vs std':>8s}")
     for name, ts in times.items():
         med = statistics.median(ts)
         print(f"{name:16s} {med * 1e3:8.1f} {B / med:8.0f} {120_000 / B * med:11.0f} {base / med:7.2f}x")

@@ -23,7 +23,7 @@ def run_pretrain(tmp_path, *extra):
                  "pretrain.threads=1", *extra])
 
 
-@pytest.mark.parametrize("attention", ["bert", "lego-v0", "lego-v1"])
+@pytest.mark.parametrize("attention", ["standard", "lego-v0", "lego-v1"])
 def test_pretraining_lowers_validation_loss(tmp_path, attention):
     assert run_pretrain(tmp_path, "--attention", attention, "--name", "p", "pretrain.steps=24", "pretrain.lr=3e-3") == 0
     records = read_jsonl(tmp_path / "runs" / "p" / "metrics.jsonl")

@@ -418,14 +418,14 @@ def cmd_flops(args) -> int:
     if min(seqs) < 4 or args.batch < 1:
         raise LegoError("--seq and --batch must be positive (sequences of at least 4 tokens)")
     _check_non_negative(args, "threads", "latency_batch")
-    attentions = ["bert", "lego-v0", "lego-v1"] if args.attention == "all" else [args.attention]
+    attentions = ["standard", "lego-v0", "lego-v1"] if args.attention == "all" else [args.attention]
     torch.set_num_threads(args.threads or torch.get_num_threads())
     rows = report(args.model, attentions, args.batch, seqs, args.latency_batch, args.latency_max_seq)
-    base = {r["seq"]: r["flops"] for r in rows if r["attention"] == "bert"}
+    base = {r["seq"]: r["flops"] for r in rows if r["attention"] == "standard"}
     print(f"{args.model}: inference FLOPs for {args.batch} sequences (FlopCounterMode, exact attention path, "
           "embeddings excluded); latency: " + (f"median CPU forward at batch {args.latency_batch}, "
           f"{torch.get_num_threads()} threads" if args.latency_batch else "not measured"))
-    print(f"{'attention':10s} {'seq':>6s} {'GFLOP':>10s} {'vs bert':>8s} {'params':>8s} {'no emb.':>8s} {'latency':>9s}")
+    print(f"{'attention':10s} {'seq':>6s} {'GFLOP':>10s} {'vs std':>8s} {'params':>8s} {'no emb.':>8s} {'latency':>9s}")
     for r in rows:
         rel = f"{r['flops'] / base[r['seq']]:7.2f}x" if r["seq"] in base else ""
         lat = f"{r['latency_s'] * 1e3:7.0f}ms" if r["latency_s"] is not None else "        -"
@@ -456,7 +456,7 @@ def cmd_pretrain(args) -> int:
         return 0
     config, overrides = _split_config_args(args.config)
     if args.attention:
-        overrides.append(f"model.attention={ {'bert': 'standard'}.get(args.attention, args.attention) }")
+        overrides.append(f"model.attention={args.attention}")
     if args.corpus:
         overrides.append(f"pretrain.corpus={args.corpus}")
     run = load_pretrain_config(config, overrides)
@@ -572,7 +572,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("flops", help="inference FLOPs, size and CPU latency: BERT vs LEGO attention v0/v1")
     s.add_argument("--model", default="bert-base", help="bert-base | bert-small | minilm | cpu")
-    s.add_argument("--attention", choices=["bert", "lego-v0", "lego-v1", "all"], default="all")
+    s.add_argument("--attention", choices=["standard", "lego-v0", "lego-v1", "all"], default="all",
+                   help="standard: BERT's softmax attention (model.attention's values)")
     s.add_argument("--batch", type=int, default=64)
     s.add_argument("--seq", default="512,2048,8192", help="comma-separated sequence lengths")
     s.add_argument("--latency-batch", type=int, default=1, help="batch for the timed forward pass; 0: skip")
@@ -583,7 +584,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("pretrain", help="masked-LM pretraining on plain text (BERT vs LEGO attention)")
     s.add_argument("config", nargs="*", metavar="[CONFIG.yaml] [key=value ...]")
-    s.add_argument("--attention", choices=["bert", "lego-v0", "lego-v1"])
+    s.add_argument("--attention", choices=["standard", "lego-v0", "lego-v1"], help="model.attention")
     s.add_argument("--corpus", help="stdlib (the standard library's docstrings), a .txt file or a directory")
     s.add_argument("--name")
     s.add_argument("--runs", default="runs")

@@ -24,13 +24,12 @@ PRESETS = {
     "minilm": dict(n_layers=6, d_model=384, n_heads=12, d_ff=1536),
     "cpu": dict(n_layers=6, d_model=64, n_heads=4, d_ff=256),
 }
-ATTENTIONS = {"bert": "standard", "lego-v0": "lego-v0", "lego-v1": "lego-v1"}
 VOCAB = BERT_VOCAB_SIZE
 SPECIALS = (BERT_CLS, BERT_SEP)  # what LEGO attention broadcasts from
 
 
 def model_config(preset: str, attention: str, max_len: int) -> ModelConfig:
-    return ModelConfig(**PRESETS[preset], attention=ATTENTIONS[attention], max_len=max_len, dropout=0.0, attn_dropout=0.0)
+    return ModelConfig(**PRESETS[preset], attention=attention, max_len=max_len, dropout=0.0, attn_dropout=0.0)
 
 
 def analytic_flops(cfg: ModelConfig, batch: int, seq: int) -> int:

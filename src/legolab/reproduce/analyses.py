@@ -97,17 +97,17 @@ def fig9(scale, root, out, log, pretrained, **_):
     from ..analysis.flops import report
 
     seqs = [512, 2048, 8192]
-    rows = report("bert-base", ["bert", "lego-v0", "lego-v1"], 64, seqs, 0, 0)
+    rows = report("bert-base", ["standard", "lego-v0", "lego-v1"], 64, seqs, 0, 0)
     at = {(r["attention"], r["seq"]): r for r in rows}
     lines = ["| attention | " + " | ".join(f"GFLOP at {s}" for s in seqs) + " | parameters (no embeddings) |",
              "|" + "---|" * (len(seqs) + 2)]
-    for att in ("bert", "lego-v0", "lego-v1"):
+    for att in ("standard", "lego-v0", "lego-v1"):
         lines.append(f"| {att} | " + " | ".join(f"{at[(att, s)]['flops'] / 1e9:,.0f}" for s in seqs)
                      + f" | {at[(att, 512)]['params_no_embeddings'] / 1e6:.1f}M |")
     verdicts = []
     for att in ("lego-v1", "lego-v0"):
-        ratio = at[(att, 512)]["flops"] / at[("bert", 512)]["flops"]
-        size = at[(att, 512)]["params_no_embeddings"] / at[("bert", 512)]["params_no_embeddings"]
+        ratio = at[(att, 512)]["flops"] / at[("standard", 512)]["flops"]
+        size = at[(att, 512)]["params_no_embeddings"] / at[("standard", 512)]["params_no_embeddings"]
         verdicts.append((f"{att} needs fewer inference FLOPs and parameters than BERT-base",
                          HOLDS if ratio < 1 and size < 1 else FAILS,
                          f"{ratio:.2f}x the FLOPs at 512 tokens (batch 64), {size:.2f}x the parameters"))
