@@ -110,6 +110,20 @@ def test_runs_side_by_side_train_the_same_bytes_as_one_after_another(tmp_path, m
         assert [{k: v for k, v in r.items() if k != "time"} for r in a] == [{k: v for k, v in r.items() if k != "time"} for r in b]
 
 
+def test_jobs_work_from_python_dash_m(tmp_path):
+    """Spawned workers import the main module: ``python -m legolab`` must not rerun the CLI there."""
+    import os
+    import subprocess
+    import sys
+
+    write_configs(tmp_path)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "legolab", "reproduce", "fig17", "--seeds", "1", "--jobs", "2"],
+                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "failed" not in done.stderr and len(list((tmp_path / "runs").iterdir())) == 3
+
+
 def test_paper_scale_path_runs_end_to_end_with_a_shrunk_model(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the shipped paper configs
     shrink = ["model.n_layers=1", "model.d_model=16", "model.n_heads=2", "model.d_ff=32",
