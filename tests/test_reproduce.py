@@ -111,7 +111,7 @@ def test_runs_side_by_side_train_the_same_bytes_as_one_after_another(tmp_path, m
 
 
 def test_jobs_work_from_python_dash_m(tmp_path):
-    """Spawned workers import the main module: ``python -m legolab`` must not rerun the CLI there."""
+    """``reproduce --jobs`` from the real entry point: spawned workers must not rerun the CLI."""
     import os
     import subprocess
     import sys

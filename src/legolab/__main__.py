@@ -2,5 +2,5 @@ import sys
 
 from .cli import main
 
-if __name__ == "__main__":  # reproduce --jobs spawns processes that import this module
+if __name__ == "__main__":
     sys.exit(main())
