@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-fast bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,9 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q
+
+test-fast: $(VENV)/.installed  # the suite without the tests marked slow (each several seconds)
+	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/bench_generate.py

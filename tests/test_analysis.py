@@ -58,6 +58,7 @@ def test_probe_recovers_a_planted_linear_feature():
     assert acc[0] > 0.95 and abs(float(acc[1]) - 0.5) < 0.1
 
 
+@pytest.mark.slow
 def test_mimic_loss_decreases_and_heads_match_targets_on_held_out(tiny_config, tmp_path):
     from legolab.analysis.heads import score_model
     from legolab.training.config import load_config

@@ -33,6 +33,7 @@ def walk(node: Node):
             yield from walk(a)
 
 
+@pytest.mark.slow
 def test_every_node_value_agrees_with_the_independent_evaluator():
     """10^5 default-preset expressions: decode -> parse -> recursive evaluation; every operator's
     value, height, depth, read-out position (its ``]``) and the root flag."""

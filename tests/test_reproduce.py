@@ -22,6 +22,7 @@ def write_configs(root, n=12):
         (d / f"{stem}.yaml").write_text(yaml.safe_dump(data))
 
 
+@pytest.mark.slow
 def test_reproduce_trains_reuses_and_reports_a_verdict(tmp_path, monkeypatch, capsys):
     write_configs(tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -79,6 +80,7 @@ def test_a_failed_run_is_named_in_the_report_and_the_others_finish(tmp_path, mon
     assert "runs missing: albert" in text and "| bert-thin | 1 |" in text
 
 
+@pytest.mark.slow
 def test_reproduce_all_trains_the_set_then_writes_every_report_and_the_index(tmp_path, monkeypatch):
     import legolab.reproduce as reproduce
 
@@ -99,6 +101,7 @@ def test_reproduce_all_trains_the_set_then_writes_every_report_and_the_index(tmp
     assert len(list((tmp_path / "runs").iterdir())) == 5
 
 
+@pytest.mark.slow
 def test_runs_side_by_side_train_the_same_bytes_as_one_after_another(tmp_path, monkeypatch):
     for sub, jobs in (("a", "1"), ("b", "2")):
         (tmp_path / sub).mkdir()
@@ -110,6 +113,7 @@ def test_runs_side_by_side_train_the_same_bytes_as_one_after_another(tmp_path, m
         assert [{k: v for k, v in r.items() if k != "time"} for r in a] == [{k: v for k, v in r.items() if k != "time"} for r in b]
 
 
+@pytest.mark.slow
 def test_jobs_work_from_python_dash_m(tmp_path):
     """``reproduce --jobs`` from the real entry point: spawned workers must not rerun the CLI."""
     import os
@@ -234,6 +238,7 @@ def test_report_only_trains_nothing_and_names_what_is_missing(tmp_path, monkeypa
     assert f"**{UNTESTABLE}** | runs missing: bert-thin, albert" in text
 
 
+@pytest.mark.slow
 def test_probe_figure_reads_fig3s_runs_and_judges_the_flow(tmp_path, monkeypatch):
     write_configs(tmp_path)
     monkeypatch.chdir(tmp_path)

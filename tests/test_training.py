@@ -147,6 +147,7 @@ def test_init_from_a_checkpoint_of_another_shape_is_refused(tiny_config, tmp_pat
     assert "has no checkpoint" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bf16_autocast_learns_like_fp32(tiny_config, tmp_path):
     path = tiny_config(task={"group": "sign", "n": 2}, train={"n_tr": 2, "steps": 300, "eval_every": 100})
     fp32 = trainer.train(load_config(path), tmp_path / "fp32", progress=False)

@@ -101,6 +101,20 @@ def _auto_impl(q: torch.Tensor) -> str:
     return "math" if q.device.type == "cpu" and q.dtype == torch.bfloat16 else "sdpa"
 
 
+# model.attention -> a factory (ModelConfig -> module with forward(x, ctx, name, positions)
+# and an ``out`` projection). A new variant is one file that registers itself; models/__init__.py
+# imports it.
+ATTENTIONS: dict = {}
+
+
+def register_attention(*names: str):
+    def register(factory):
+        for name in names:
+            ATTENTIONS[name] = factory
+        return factory
+    return register
+
+
 class SelfAttention(nn.Module):
     """``impl`` picks the kernel and nothing else does: ``sdpa`` (F.scaled_dot_product_attention,
     the fused kernel GPUs want), ``math`` (softmax(QK^T / sqrt(d_head)) V as plain matmuls: on a
@@ -177,3 +191,8 @@ class SelfAttention(nn.Module):
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         return scores.softmax(-1)
+
+
+@register_attention("standard")
+def standard_attention(cfg) -> SelfAttention:
+    return SelfAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cfg.identity_scaled, cfg.attn_impl, cfg.identity_mult)

@@ -24,12 +24,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
-from .attention import ActivationCache, Context, SelfAttention
+from . import lego_attention  # noqa: F401  (registers lego-v0 and lego-v1)
+from .attention import ATTENTIONS, ActivationCache, Context
 from .tokenizer import check_tokenizer
 
 ARCHS = ("bert", "albert")
 NORMS = ("post", "pre")
-ATTENTIONS = ("standard", "lego-v0", "lego-v1")
 ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu}
 # a block's hooks that need every token of it (the read-out path computes only read-out tokens)
 LAST_BLOCK_HOOKS = ("hook_resid_post", "attn.hook_pattern", "attn.hook_attn_scores")
@@ -147,11 +147,7 @@ class FeedForward(nn.Module):
 
 
 def make_attention(cfg: ModelConfig) -> nn.Module:
-    if cfg.attention == "standard":
-        return SelfAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cfg.identity_scaled, cfg.attn_impl, cfg.identity_mult)
-    from .lego_attention import LegoAttention
-
-    return LegoAttention(cfg)
+    return ATTENTIONS[cfg.attention](cfg)
 
 
 class Block(nn.Module):

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import Context, _auto_impl, identity_scores, same_token_mask
+from .attention import Context, _auto_impl, identity_scores, register_attention, same_token_mask
 
 HARD = ("association", "bos", "eos")
 
@@ -63,6 +63,7 @@ def hard_maps_dense(tokens: torch.Tensor, bos_id: int, eos_id: int, key_padding=
     return torch.stack(maps, 1)
 
 
+@register_attention("lego-v0", "lego-v1")
 class LegoAttention(nn.Module):
     def __init__(self, cfg):
         super().__init__()

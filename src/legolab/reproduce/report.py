@@ -78,7 +78,7 @@ def first_pass_table(summary: dict) -> str:
     for label, s in summary.items():
         cells = ["-" if f is None else f"{f:.0f}" for f in s["first_pass"]] + [""] * (n - len(s["first_pass"]))
         dip, at = s["max_dip"]
-        rows.append(f"| {label} | " + " | ".join(cells) + f" | {100 * dip:.0f} points (#{at}) |")
+        rows.append(f"| {label} | " + " | ".join(cells) + (f" | {100 * dip:.0f} points (#{at}) |" if dip >= 0.01 else " | none |"))
     return "\n".join(rows) + "\n"
 
 

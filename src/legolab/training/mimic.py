@@ -27,6 +27,7 @@ from ..tasks import make_task
 from .checkpoint import save_checkpoint
 from .config import RunConfig
 from .rundir import RunDir
+from .schedule import lr_factor
 from .step import SMOOTH, association_target, kl_to_target
 
 BAND = (1.0, 2.0, 4.0, 2.0, 1.0)
@@ -89,7 +90,7 @@ def _mimic(cfg: RunConfig, rd: RunDir, steps: int, batch_size: int, lr: float, l
     model = build_model(cfg.model, task)
     model.train()
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, 0, "cosine"))  # training/schedule.py
     held_out = torch.from_numpy(task.sample("mimic-test", range(200)).tokens).long()
     records, t0 = [], time.perf_counter()
     for step in range(1, steps + 1):
