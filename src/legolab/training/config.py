@@ -35,9 +35,9 @@ class TrainConfig:
     # a validation stream (its own split) that chooses the "best" checkpoint; test is only reported.
     # Unset: min(test_size, 1000)
     valid_size: int | None = None
-    # curriculum over length (fresh data, tasks with length variants): stage i trains
-    # curriculum_steps[i] steps on examples of curriculum_n[i] steps (LEGO: clauses), then
-    # training continues at the task's full length
+    # curriculum over length (fresh data, tasks with length variants): stage i is
+    # curriculum_steps[i] optimiser steps on examples of length curriculum_n[i] (LEGO: clauses),
+    # then training continues at the task's full length
     curriculum_n: list[int] | None = None
     curriculum_steps: list[int] | None = None
     # mixed lengths (fresh data, tasks with length variants): every batch draws one length
