@@ -128,14 +128,21 @@ def ensure_run(run: Run, runs_root: Path, log) -> Path:
         return run_dir
     asked, overrides = _asked(run, runs_root)
     mimic_dir = runs_root / f"{run.name}-mimic-init"
-    if run.mimic and not (mimic_dir / "checkpoints" / "last.safetensors").is_file():
+    mimicked = mimic_dir / "checkpoints" / "last.safetensors"
+    if run.mimic and not mimicked.is_file():
         from ..training.config import load_config
         from ..training.mimic import mimic
 
-        if mimic_dir.exists():
-            shutil.rmtree(mimic_dir)
-        log(f"{run.name}: mimicking stage ({run.mimic['steps']} steps)")
-        mimic(load_config(run.config, run.overrides), mimic_dir, log=log, **run.mimic)
+        if int(os.environ.get("RANK", "0")) == 0:  # under torchrun one process mimics, the others wait
+            if mimic_dir.exists():
+                shutil.rmtree(mimic_dir)
+            log(f"{run.name}: mimicking stage ({run.mimic['steps']} steps)")
+            mimic(load_config(run.config, run.overrides), mimic_dir, log=log, **run.mimic)
+        else:
+            import time
+
+            while not mimicked.is_file():
+                time.sleep(5)
     if (run_dir / "checkpoints" / "last.safetensors").is_file():
         log(f"{run.name}: resuming")
         threads = [o for o in overrides if o.startswith("train.threads=")]  # the one change a resume may make
