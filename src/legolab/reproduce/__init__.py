@@ -15,9 +15,9 @@ from pathlib import Path
 
 from ..errors import LegoError
 from .analyses import ANALYSIS_FUNCTIONS, TEMPLATE_MODELS, TEMPLATE_SIZES, TEMPLATE_TASKS, template_runs
-from .figures import ANALYSES, FIGURES, ORDER, UNTESTABLE, check_figure
+from .figures import ANALYSES, ANALYSIS_CLAIMS, FIGURES, ORDER, UNTESTABLE, check_figure
 from .report import SCALE_NOTES, accuracy_table, first_pass_table, summarise, write_index, write_report
-from .runs import Run, ensure_run, finished, mimic_settings, runs_for, train_runs
+from .runs import Run, ensure_run, finished, mimic_settings, one_line, runs_for, train_runs
 
 __all__ = ["ANALYSES", "FIGURES", "ORDER", "Run", "SCALE_NOTES", "TEMPLATE_MODELS", "TEMPLATE_SIZES", "TEMPLATE_TASKS",
            "ensure_run", "figure_runs", "mimic_settings", "reproduce", "runs_for", "template_runs"]
@@ -64,9 +64,12 @@ def reproduce(fig: str, scale: str = "cpu", seeds: int = 3, runs_root: str = "ru
                 continue
             try:
                 _one(name, **kwargs)
-            except LegoError as e:  # a figure that cannot run is named on the index, the others go on
-                log(f"{name}: {e}")
-                _write_refusal(name, str(e), **kwargs)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as e:  # a figure that cannot run is named on the index, the others go on
+                reason = one_line(e)
+                log(f"{name}: {reason}")
+                _write_refusal(name, reason, **kwargs)
         return write_index(Path(out_root), scale, ORDER, TITLES)
     check_figure(fig)
     return _one(fig, **kwargs)
@@ -95,7 +98,7 @@ def _one(fig, scale, seeds, runs_root, out_root, pretrained, log, threads, mimic
     note = note or (figure.notes.get(scale, "") if figure else "")
     if overrides:
         note = "; ".join(x for x in (note, f"every run also took `{' '.join(overrides)}`") if x)
-    claim = figure.claim if figure else ANALYSES[fig]
+    claim = figure.claim if figure else ANALYSIS_CLAIMS[fig]
     path = write_report(out, fig, scale, TITLES[fig], claim, verdicts, body, note, command, started, data, train_time)
     write_index(Path(out_root), scale, ORDER, TITLES)
     return path
@@ -158,6 +161,6 @@ def _write_refusal(fig, reason, scale, out_root, command, **_):
     """A figure that could not run at all still gets a report saying why."""
     check_figure(fig)
     figure = FIGURES.get(fig)
-    write_report(Path(out_root) / f"{fig}-{scale}", fig, scale, TITLES[fig], figure.claim if figure else ANALYSES[fig],
+    write_report(Path(out_root) / f"{fig}-{scale}", fig, scale, TITLES[fig], figure.claim if figure else ANALYSIS_CLAIMS[fig],
                  [("the figure", UNTESTABLE, reason)], "", "", command, time.time(), {})
 

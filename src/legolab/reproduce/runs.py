@@ -155,7 +155,7 @@ def ensure_run(run: Run, runs_root: Path, log) -> Path:
     return run_dir
 
 
-def _one_line(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0] if text else ''}" if not isinstance(e, LegoError) else (text[0] if text else "")
 
@@ -190,7 +190,7 @@ def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: in
             except (KeyboardInterrupt, SystemExit):
                 raise
             except Exception as e:  # one failed run must not lose the others
-                results[r.name] = f"failed: {_one_line(e)}"
+                results[r.name] = f"failed: {one_line(e)}"
                 log(f"{r.name}: {results[r.name]}")
         return results
     import multiprocessing
@@ -202,6 +202,6 @@ def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: in
             try:
                 results[name] = Path(future.result())
             except Exception as e:
-                results[name] = f"failed: {_one_line(e)}"
+                results[name] = f"failed: {one_line(e)}"
                 log(f"{name}: {results[name]}")
     return results
