@@ -116,7 +116,10 @@ def write_index(out_root: Path, scale: str, order: list[str], titles: dict[str, 
             rows.append(f"| {fig} | {titles[fig]} | not run | |")
             continue
         data = json.loads(summary.read_text())
-        verdicts = data.get("verdicts", [])
+        if "verdicts" not in data:  # a report of an earlier format, before verdicts
+            rows.append(f"| {fig} | {titles[fig]} | no verdict (an earlier report) | [{fig}-{scale}/]({fig}-{scale}/) |")
+            continue
+        verdicts = data["verdicts"]
         for _, v, _ in verdicts:
             counts[v] = counts.get(v, 0) + 1
         cell = "<br>".join(f"{v}: {part}" for part, v, _ in verdicts) or "no verdict"
