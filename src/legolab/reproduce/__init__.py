@@ -99,7 +99,8 @@ def _one(fig, scale, seeds, runs_root, out_root, pretrained, log, threads, mimic
     if overrides:
         note = "; ".join(x for x in (note, f"every run also took `{' '.join(overrides)}`") if x)
     claim = figure.claim if figure else ANALYSIS_CLAIMS[fig]
-    path = write_report(out, fig, scale, TITLES[fig], claim, verdicts, body, note, command, started, data, train_time)
+    path = write_report(out, fig, scale, TITLES[fig], claim, verdicts, body, note, command, started, data, train_time,
+                        lego_runs=fig not in ("fig9", "fig10", "templates"))
     write_index(Path(out_root), scale, ORDER, TITLES)
     return path
 

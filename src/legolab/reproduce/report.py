@@ -89,16 +89,21 @@ def verdict_table(verdicts: list[Verdict]) -> str:
 
 
 def write_report(out: Path, fig: str, scale: str, title: str, claim: str, verdicts: list[Verdict], body: str,
-                 note: str, command: str, started: float, data: dict, train_time: float | None = None) -> Path:
-    """``out/FIG.md`` and ``out/summary.json``; returns the report's path."""
+                 note: str, command: str, started: float, data: dict, train_time: float | None = None,
+                 lego_runs: bool = True) -> Path:
+    """``out/FIG.md`` and ``out/summary.json``; returns the report's path. ``lego_runs``: the
+    figure rests on LEGO training runs, so the scale's note on them applies."""
     wall = time.time() - started
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     timing = f"wall time of this command {wall:,.0f} s"
     if train_time is not None:
         timing += f" (training time of its runs, summed: {train_time:,.0f} s; finished runs are reused)"
+    if lego_runs:
+        setting = SCALE_NOTES[scale] + (f" This figure: {note}." if note else "")
+    else:
+        setting = f"**Setting.** {note}." if note else ""
     text = (f"# {fig} ({scale} scale): {title}\n\n**The paper's claim.** {claim}\n\n{verdict_table(verdicts)}\n"
-            f"{SCALE_NOTES[scale]}" + (f" This figure: {note}." if note else "") + "\n\n"
-            f"{body.rstrip()}\n\n---\n`{command}`, {date}, {timing}.\n")
+            f"{setting}\n\n{body.rstrip()}\n\n---\n`{command}`, {date}, {timing}.\n")
     write_json(out / "summary.json", {**data, "verdicts": [list(v) for v in verdicts], "command": command,
                                       "date": date, "wall_s": wall, "train_time_s": train_time})
     path = out / f"{fig}.md"
