@@ -212,15 +212,19 @@ def judge_fig16(scale):
 
 
 def judge_fig17(S):
-    part = "thin BERT with ALBERT's parameter count lacks ALBERT's generalisation (#2 stays near chance)"
+    parts = ("thin BERT with ALBERT's parameter count lacks ALBERT's in-distribution generalisation",
+             "... and its #2 stays near chance (the paper: near 50% after 200 epochs)")
     if (why := _need(S, "bert-thin", "albert")):
-        return [(part, UNTESTABLE, why)]
+        return [(p, UNTESTABLE, why) for p in parts]
     thin, albert = S["bert-thin"], S["albert"]
-    evidence = f"#2: thin BERT {pct(thin['mean'][2])}, ALBERT {pct(albert['mean'][2])}; mean on #0..#11: " \
-               f"{pct(mean_at(thin, range(12)))} vs {pct(mean_at(albert, range(12)))}"
+    sup = albert["supervised"]
     if not learned(albert):
-        return [(part, UNTESTABLE, "ALBERT did not learn its supervised variables; " + evidence)]
-    return [(part, HOLDS if albert["mean"][2] - thin["mean"][2] >= MARGIN else FAILS, evidence)]
+        return [(p, UNTESTABLE, "ALBERT did not learn its supervised variables") for p in parts]
+    ts, as_ = mean_at(thin, sup), mean_at(albert, sup)
+    return [(parts[0], HOLDS if as_ - ts >= MARGIN else FAILS,
+             f"mean on the supervised {_idx(sup)}: thin BERT {pct(ts)}, ALBERT {pct(as_)}"),
+            (parts[1], HOLDS if thin["mean"][2] < thin["chance"] + MARGIN else FAILS,
+             f"#2: thin BERT {pct(thin['mean'][2])}, ALBERT {pct(albert['mean'][2])}")]
 
 
 def judge_fig18(S):
