@@ -22,8 +22,9 @@ def plot_runs(runs: list[tuple[str, set[int], list[dict]]], out: str | Path, x: 
     last panel with the final accuracy per step of every run side by side. ``runs``: (name,
     supervised steps, evaluation records) each, as ``training.runs.run_curves`` reads them."""
     plt = _pyplot()
-    if not runs or any(not records for _, _, records in runs):
-        raise LegoError("plot: a run has no evaluations recorded yet (metrics.jsonl is empty)")
+    for name, _, records in runs:
+        if not records:
+            raise LegoError(f"{name}: no evaluations recorded yet (metrics.jsonl is empty)")
     k = len(runs)
     fig, axes = plt.subplots(1, k + 1, figsize=(4.2 * (k + 1), 3.6), squeeze=False)
     axes = axes[0]

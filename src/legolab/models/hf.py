@@ -17,7 +17,7 @@ import torch
 
 from ..errors import LegoError
 from .encoder import Encoder, ModelConfig
-from .tokenizer import minilm_path
+from .tokenizer import VOCAB_FILES, minilm_path
 
 # Hugging Face's activation names -> legolab's (gelu_new and gelu_fast are the tanh approximation)
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
@@ -54,7 +54,7 @@ def read_hf_config(path: Path) -> dict:
 def checkpoint_tokenizer(init: str) -> str:
     """The ``model.tokenizer`` that reads a checkpoint's own vocabulary."""
     path = resolve(init)
-    if init == "minilm" or not any((path / f).is_file() for f in ("vocab.txt", "tokenizer.json", "spiece.model")):
+    if init == "minilm" or not any((path / f).is_file() for f in VOCAB_FILES):
         return "wordpiece"
     return f"hf:{path}"
 

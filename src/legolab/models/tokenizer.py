@@ -34,6 +34,7 @@ GREEK = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "
          "nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon", "phi", "chi", "psi", "omega"]
 SPECIAL = {"[PAD]": ("[PAD]", "<pad>"), "[BOS]": ("[CLS]",), "[EOS]": ("[SEP]",)}
 WORD_START = "\u2581"  # SentencePiece's mark of a piece that begins a word
+VOCAB_FILES = ("vocab.txt", "tokenizer.json", "spiece.model")  # what ``vocabulary`` reads, in this order
 
 
 def minilm_path() -> Path:

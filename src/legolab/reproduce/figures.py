@@ -150,7 +150,7 @@ def shortcut_early(S: Summary, label: str, early: bool) -> Verdict:
         return part, UNTESTABLE, f"no variable reached {pct(PASS)}: the model learned nothing to order"
     if first[-1] is None:
         return part, UNTESTABLE if not early else FAILS, f"#11 never reached {pct(PASS)} (final {pct(s['mean'][-1])})"
-    others = [f for f in first[1:-1]]
+    others = first[1:-1]
     before = sum(1 for f in others if f is None or f > first[-1])
     evidence = f"#11 passed {pct(PASS)} at step {first[-1]:.0f}, before {before} of #1..#10; " \
                f"largest drop of a learned variable: {pct(s['max_dip'][0])} (#{s['max_dip'][1]})"
@@ -160,7 +160,7 @@ def shortcut_early(S: Summary, label: str, early: bool) -> Verdict:
 
 # ---- judges, one per figure ------------------------------------------------------------------------
 def judge_fig3(S):
-    return [classical(S, [x for x in ("bert", "albert", "bert-ntr12", "albert-ntr12")]),
+    return [classical(S, ("bert", "albert", "bert-ntr12", "albert-ntr12")),
             better(S, "albert", "bert", [6, 7, 8], "n_tr = 6: ALBERT extrapolates (#6, #7 near-perfect, #8 non-trivial), BERT barely"),
             shortcut_early(S, "bert-ntr12", True), shortcut_early(S, "albert-ntr12", True)]
 
