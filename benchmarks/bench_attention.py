@@ -41,7 +41,7 @@ def main() -> None:
         task = make_task(cfg.task.get("name", "lego"), cfg.task_config(), seed=0)
         batch = task.sample("train", range(cfg.train.batch_size))
         tensors = [torch.from_numpy(a).long() for a in (batch.tokens, batch.positions, batch.targets)]
-        mask = torch.from_numpy(batch.steps < cfg.train.n_tr)
+        mask = torch.from_numpy(batch.index < cfg.train.n_tr)
         model = build_model(cfg.model, task).train()
         step = make_train_step(model, make_optimizer(model, cfg.train.lr, cfg.train.weight_decay))
         steps[name] = lambda s=step, t=tensors, m=mask, c=cfg.train.clip: s(*t, m, depth=None, clip=c)

@@ -83,7 +83,7 @@ def per_sentence_task2(tokenizer, n: int, count: int, rng: np.random.Generator):
 
 def legolab_tensors(task: LegoTask, split: str, count: int):
     b = task.sample(split, np.arange(count))
-    return tuple(torch.from_numpy(a) for a in (b.tokens, b.positions, b.targets, b.steps))
+    return tuple(torch.from_numpy(a) for a in (b.tokens, b.positions, b.targets, b.index))
 
 
 

@@ -35,7 +35,7 @@ SHIPPED = {
 
 def first_pass(records: list[dict], i: int, threshold: float):
     for r in records:
-        a = r["test_acc_per_step"][i]
+        a = r["test_acc_per_index"][i]
         if a is not None and a >= threshold:
             return r
     return None
@@ -46,10 +46,10 @@ def run_candidate(name: str, spec: str, seed: int, args, root: Path) -> dict:
     overrides += [f"seed={seed}"] + ([f"train.threads={args.threads}"] if args.threads else [])
     cfg = load_config(path, overrides)
     cfg.name = f"{name.replace('/', '-')}-s{seed}"
-    supervised = cfg.train.supervised_steps(cfg.task_config().n)
+    supervised = cfg.train.supervised_indices(cfg.task_config().n)
 
     def stop(r: dict) -> bool:
-        accs = r["test_acc_per_step"]
+        accs = r["test_acc_per_index"]
         if all(accs[i] is not None and accs[i] >= args.threshold for i in supervised):
             return True
         stuck = len(accs) > 2 and 2 in supervised and accs[2] < 0.6
@@ -67,7 +67,7 @@ def run_candidate(name: str, spec: str, seed: int, args, root: Path) -> dict:
         "candidate": name, "spec": spec, "seed": seed,
         "solved": all(v is not None for v in passed.values()),
         "passed": passed,
-        "final_acc_per_step": last["test_acc_per_step"],
+        "final_acc_per_index": last["test_acc_per_index"],
         "sentences": last["sentences"], "train_seconds": last["time"], "wall_seconds": round(wall, 1),
         "seconds_per_1k_sentences": round(1000 * last["time"] / max(last["sentences"], 1), 4),
     }

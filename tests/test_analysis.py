@@ -1,4 +1,5 @@
 import importlib.util
+import json
 
 import pytest
 import torch
@@ -128,3 +129,36 @@ def test_bad_sources_fail_with_one_line(tmp_path, capsys):
     assert "is not BERT or ALBERT" in capsys.readouterr().err
     assert main(["analyze", "probe", str(tmp_path)]) == 2
     assert "not a run directory" in capsys.readouterr().err
+
+
+def test_a_new_analysis_is_one_registered_class(tiny_config, tmp_path, monkeypatch, capsys):
+    """Registered, it is a subcommand of `legolab analyze` with its own options, given the
+    model, the task and the run's depth and supervised indices; its files land in --out."""
+    from legolab.analysis import ANALYSES, Analysis, Option
+    from legolab.cli import main
+    from legolab.training import trainer
+    from legolab.training.config import load_config
+
+    trainer.train(load_config(tiny_config(train={"steps": 2, "eval_every": 2, "n_tr": 2})), tmp_path / "run",
+                  progress=False)
+
+    class Norms(Analysis):
+        name, help = "norms", "residual norm per layer"
+        options = {"count": Option(int, 10, "sentences", positive=True)}
+
+        def run(self, model, task, source, count):
+            tokens = torch.from_numpy(task.sample("analysis", range(count)).tokens).long()
+            cache = model.activations(tokens, ["blocks.*.hook_resid_post"], depth=source.depth)
+            return {"norms": [float(v.norm(dim=-1).mean().detach()) for v in cache.values()], "supervised": list(source.supervised)}
+
+        def write(self, report, out_dir, title):
+            from legolab.io import write_json
+            write_json(out_dir / "norms.json", report)
+            return [out_dir / "norms.json"]
+
+    monkeypatch.setitem(ANALYSES, "norms", Norms)
+    assert main(["analyze", "norms", str(tmp_path / "run"), "--count", "4", "--out", str(tmp_path / "out")]) == 0
+    report = json.loads((tmp_path / "out" / "norms.json").read_text())
+    assert len(report["norms"]) == 2 and report["supervised"] == [0, 1]
+    assert main(["analyze", "norms", str(tmp_path / "run"), "--count", "0"]) == 2
+    assert "--count: must be positive" in capsys.readouterr().err

@@ -24,7 +24,7 @@ def test_generate_text_and_jsonl_agree_with_solve(capsys):
     assert [l.split()[1] + ":" + l.split()[3] for l in solved.strip().splitlines()] == answers.split()
     code, out, _ = run(capsys, "generate", "--n", "6", "--count", "4", "--seed", "3", "--format", "jsonl")
     rec = json.loads(out.splitlines()[0])
-    assert rec["sentence"] == sentence and sorted(rec["steps"]) == list(range(6))
+    assert rec["sentence"] == sentence and sorted(rec["index"]) == list(range(6))
     assert rec["positions"] == [1, 6, 11, 16, 21, 26] and len(rec["tokens"]) == 32
 
 

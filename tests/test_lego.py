@@ -21,7 +21,7 @@ def test_solver_agrees_with_generator_labels(group, n, count):
         assert [x for _, x in chain] == batch.meta["values"][i].tolist()
         # the read-out at each slot is the assigned variable, its target is that variable's value
         for slot in range(n):
-            step = batch.steps[i, slot]
+            step = batch.index[i, slot]
             assert task.vocab.tokens[batch.tokens[i, batch.positions[i, slot]]] == variables[step]
             assert batch.targets[i, slot] == chain[step][1]
 
@@ -34,7 +34,7 @@ def test_layout_matches_the_paper():
     toks = task.vocab.decode(b.tokens[0])
     assert toks[0] == "[BOS]" and toks[-1] == "[EOS]"
     assert toks[2::5][:12] == ["="] * 12 and toks[5::5][:12] == [";"] * 12
-    assert sorted(b.steps[0]) == list(range(12))
+    assert sorted(b.index[0]) == list(range(12))
     assert len(set(b.meta["variables"][0])) == 12
 
 
@@ -61,7 +61,7 @@ def test_streams_and_seeds_are_independent():
 def test_values_operators_and_order_are_uniform():
     task = LegoTask(LegoConfig(group="d3", n=12), seed=0)
     b = task.sample("train", np.arange(60_000))
-    for arr, k in [(b.meta["values"], 6), (b.meta["ops"], 6), (b.steps[:, 0], 12), (b.meta["variables"][:, 0], 26)]:
+    for arr, k in [(b.meta["values"], 6), (b.meta["ops"], 6), (b.index[:, 0], 12), (b.meta["variables"][:, 0], 26)]:
         freq = np.bincount(arr.ravel(), minlength=k) / arr.size
         assert np.abs(freq - 1 / k).max() < 0.01
     # the first operator is the first value (root is the identity)
@@ -71,13 +71,13 @@ def test_values_operators_and_order_are_uniform():
 def test_variable_length_sentences_are_padded_and_marked():
     task = LegoTask(LegoConfig(n=8, n_min=3), seed=0)
     b = task.sample("train", np.arange(3000))
-    lengths = (b.steps >= 0).sum(1)
+    lengths = (b.index >= 0).sum(1)
     assert lengths.min() == 3 and lengths.max() == 8
     for i in range(200):
         m = lengths[i]
         assert task.vocab.tokens[b.tokens[i, 1 + 5 * m]] == "[EOS]"
         assert (b.tokens[i, 2 + 5 * m:] == 0).all()
-        assert sorted(b.steps[i, :m]) == list(range(m)) and (b.steps[i, m:] == -1).all()
+        assert sorted(b.index[i, :m]) == list(range(m)) and (b.index[i, m:] == -1).all()
         chain = solve(task.clauses(b.tokens[i]), task.group)
         assert [x for _, x in chain] == b.meta["values"][i, :m].tolist()
 

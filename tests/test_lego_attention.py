@@ -100,4 +100,4 @@ def test_variants_train_a_step_and_save_load(attention, tiny_config, tmp_path):
 
     # the saved weights are the evaluated ones: the same test accuracy per variable, to the bit
     test = TensorBatch.from_batch(task.sample("test", range(cfg.train.test_size)))
-    assert evaluate(model, test, task.num_steps)["acc_per_step"] == records[-1]["test_acc_per_step"]
+    assert evaluate(model, test, task.num_indices)["acc_per_index"] == records[-1]["test_acc_per_index"]

@@ -41,18 +41,18 @@ def test_every_node_value_agrees_with_the_independent_evaluator():
     batch = task.sample("test", range(100_000))
     words = np.array(task.vocab.tokens, dtype=object)
     lengths = (batch.tokens != 0).sum(1)
-    valid = batch.steps >= 0
+    valid = batch.index >= 0
     for i in range(len(batch)):
         nodes = []
         evaluate(parse(list(words[batch.tokens[i, 1:lengths[i] - 1]])), task.config.modulus, nodes)
         v = valid[i]
         assert [n["value"] for n in nodes] == batch.targets[i][v].tolist()
-        assert [n["height"] - 1 for n in nodes] == batch.steps[i][v].tolist()
+        assert [n["height"] - 1 for n in nodes] == batch.index[i][v].tolist()
         assert [n["close"] + 1 for n in nodes] == batch.positions[i][v].tolist()  # +1: BOS
         assert [n["depth"] for n in nodes] == batch.meta["depth"][i][v].tolist()
         assert [n["depth"] == 0 for n in nodes] == batch.meta["root"][i][v].tolist()
     assert (batch.meta["root"].sum(1) == 1).all()
-    assert set(np.unique(batch.steps[valid])) == {0, 1, 2}
+    assert set(np.unique(batch.index[valid])) == {0, 1, 2}
 
 
 def test_the_median_rule_is_lras_int_np_median():
@@ -69,11 +69,11 @@ def test_the_median_rule_is_lras_int_np_median():
 def test_deterministic_and_per_index():
     a = make(seed=5).sample("train", range(10_000))
     b = make(seed=5).sample("train", range(10_000))
-    for x, y in [(a.tokens, b.tokens), (a.positions, b.positions), (a.targets, b.targets), (a.steps, b.steps),
+    for x, y in [(a.tokens, b.tokens), (a.positions, b.positions), (a.targets, b.targets), (a.index, b.index),
                  *((a.meta[k], b.meta[k]) for k in a.meta)]:
         assert x.tobytes() == y.tobytes()
     some = make(seed=5).sample("train", [5, 9000, 5, 1023, 1024])
-    for x, y in [(some.tokens, a.tokens), (some.targets, a.targets), (some.positions, a.positions), (some.steps, a.steps)]:
+    for x, y in [(some.tokens, a.tokens), (some.targets, a.targets), (some.positions, a.positions), (some.index, a.index)]:
         np.testing.assert_array_equal(x, y[[5, 9000, 5, 1023, 1024]])
     halves = [make(seed=5).sample("train", range(lo, lo + 5000)) for lo in (0, 5000)]
     np.testing.assert_array_equal(np.concatenate([h.tokens for h in halves]), a.tokens)
@@ -88,12 +88,12 @@ def test_small_batches_with_many_rejections():
     whole = task.sample("train", range(4000))
     parts = Batch.concat([task.sample("train", range(lo, lo + 8)) for lo in range(0, 4000, 8)])
     for x, y in [(whole.tokens, parts.tokens), (whole.targets, parts.targets), (whole.positions, parts.positions),
-                 (whole.steps, parts.steps), (whole.meta["depth"], parts.meta["depth"])]:
+                 (whole.index, parts.index), (whole.meta["depth"], parts.meta["depth"])]:
         np.testing.assert_array_equal(x, y)
     for i in range(500):
         nodes = []
         evaluate(parse(expression(task, whole, i)), 10, nodes)
-        assert [n["value"] for n in nodes] == whole.targets[i][whole.steps[i] >= 0].tolist()
+        assert [n["value"] for n in nodes] == whole.targets[i][whole.index[i] >= 0].tolist()
     make(max_length=32, operators=["SM"]).sample("train", range(10176, 10240))  # once failed: a last level of rejected nodes
 
 
@@ -117,8 +117,8 @@ def test_length_window_depth_and_arity(values, reached):
             depths.add(node.depth)
             arities.add(len(node.args))
     assert max(depths) == limits["max_depth"] - 1 and arities == set(range(2, limits["max_args"] + 1))
-    assert batch.steps.max() == task.num_steps - 1 == limits["max_depth"] - 1
-    assert (batch.steps >= 0).sum(1).max() <= task.max_nodes
+    assert batch.index.max() == task.num_indices - 1 == limits["max_depth"] - 1
+    assert (batch.index >= 0).sum(1).max() <= task.max_nodes
 
 
 def test_the_lra_preset():
@@ -130,7 +130,7 @@ def test_the_lra_preset():
     for i in range(5):
         nodes = []
         evaluate(parse(expression(task, batch, i)), 10, nodes)
-        assert [n["value"] for n in nodes] == batch.targets[i][batch.steps[i] >= 0].tolist()
+        assert [n["value"] for n in nodes] == batch.targets[i][batch.index[i] >= 0].tolist()
     assert make(preset="lra", max_length=3000).seq_len == 3002  # a preset's value can be overridden
 
 
@@ -168,12 +168,12 @@ def test_modulus():
         task = make(operators=["SM"], modulus=modulus)
         assert task.num_classes == max(10, modulus)
         batch = task.sample("train", range(3000))
-        targets = batch.targets[batch.steps >= 0]
+        targets = batch.targets[batch.index >= 0]
         assert targets.max() == modulus - 1
         for i in range(200):
             nodes = []
             evaluate(parse(expression(task, batch, i)), modulus, nodes)
-            assert [n["value"] for n in nodes] == batch.targets[i][batch.steps[i] >= 0].tolist()
+            assert [n["value"] for n in nodes] == batch.targets[i][batch.index[i] >= 0].tolist()
 
 
 @pytest.mark.parametrize("text, message", [
@@ -286,6 +286,37 @@ def test_a_tiny_model_learns_max(tmp_path):
     })
     records = train(cfg, tmp_path / "run", progress=False)
     test = cfg.make_task().sample("test", range(1000))
-    majority = np.bincount(test.targets[test.steps >= 0]).max() / (test.steps >= 0).sum()
+    majority = np.bincount(test.targets[test.index >= 0]).max() / (test.index >= 0).sum()
     assert 0.28 < majority < 0.33
     assert records[-1]["test_acc"] > majority + 0.5, (records[-1]["test_acc"], majority)
+
+
+def test_shallower_and_deeper_variants_keep_the_vocabulary_and_their_labels_are_right():
+    """with_length(k): heights 1..k, the same vocabulary and classes; the deeper variant's labels
+    still agree with the independent evaluator, and a curriculum / mixed depths train."""
+    task = make(seed=3)
+    words = np.array(task.vocab.tokens, dtype=object)
+    for k in (1, 2, 5):
+        variant = task.with_length(k)
+        assert variant.num_indices == k and variant.vocab.tokens == task.vocab.tokens
+        assert variant.num_classes == task.num_classes
+        batch = variant.sample("test", range(300))
+        assert set(np.unique(batch.index[batch.index >= 0])) == set(range(k))
+        lengths = (batch.tokens != 0).sum(1)
+        for i in range(len(batch)):
+            nodes = []
+            evaluate(parse(list(words[batch.tokens[i, 1:lengths[i] - 1]])), task.config.modulus, nodes)
+            assert [n["value"] for n in nodes] == batch.targets[i][batch.index[i] >= 0].tolist()
+    assert task.with_length(5).seq_len > task.seq_len  # deeper trees get a longer window
+
+
+def test_mixed_depths_train(tmp_path):
+    from legolab.training.config import config_from_dict
+    from legolab.training.trainer import train
+
+    cfg = config_from_dict({
+        "name": "mixed", "task": {"name": "listops", "max_depth": 3, "max_length": 30},
+        "model": {"n_layers": 1, "d_model": 16, "n_heads": 2, "max_len": 32},
+        "train": {"train_size": 0, "test_size": 50, "batch_size": 8, "steps": 4, "eval_every": 2, "n_min": 1}})
+    records = train(cfg, tmp_path / "r", progress=False)
+    assert len(records[-1]["test_acc_per_index"]) == 3

@@ -7,9 +7,10 @@ import torch
 
 from legolab.models import ActivationCache, ModelConfig, TokenClassifier
 from legolab.tasks import LegoConfig, LegoTask
+from legolab.training import objectives, trainer
 from legolab.training import step as step_mod
-from legolab.training import trainer
 from legolab.training.config import TrainConfig, load_config
+from legolab.training.objectives import recipe
 
 
 def lego_batch(n=12, count=8, seed=0):
@@ -90,7 +91,7 @@ def test_operand_readouts_are_the_predecessors_values():
                 assert steps[i, j] == -1
             else:
                 assert targets[i, j] == values[operand]
-                assert steps[i, j] == b.steps[i, j] - 1
+                assert steps[i, j] == b.index[i, j] - 1
 
 
 def test_guidance_loss_is_learned_and_deep_supervision_changes_the_loss():
@@ -100,9 +101,9 @@ def test_guidance_loss_is_learned_and_deep_supervision_changes_the_loss():
     opt = torch.optim.Adam(m.parameters(), lr=1e-2)
 
     def guidance():
-        c = ActivationCache([step_mod.SCORES])
+        c = ActivationCache([recipe.SCORES])
         m.hidden(x, cache=c)
-        return step_mod.guidance_loss(c, x)
+        return recipe.guidance_loss(c, x)
 
     first = float(guidance().detach())
     for _ in range(40):
@@ -118,7 +119,7 @@ def test_guidance_loss_is_learned_and_deep_supervision_changes_the_loss():
         torch.manual_seed(0)
         m = TokenClassifier(ModelConfig(n_layers=3, d_model=32, n_heads=2, norm="pre"), len(task.vocab), 2).train()
         fn = step_mod.make_train_step(m, step_mod.make_optimizer(m, 1e-3, 0.0))
-        losses.append(float(fn(x, pos, targets, mask, deep=deep)[0]))
+        losses.append(float(fn(x, pos, targets, mask, objectives={"deep": deep})[0]))
     assert losses[1] > losses[0] * 1.5  # two more read-outs, each near chance at init
 
 
@@ -169,6 +170,9 @@ def test_bf16_step_tracks_fp32():
     ("train.guide=1", "train.guide_steps"),
     ("train.deep=-1", "train.deep"),
     ("train.dtype=fp16", "train.dtype"),
+    ("train.objectives={nope: 1}", "train.objectives: 'nope' is not an objective"),
+    ("train.objectives={deep: 1}", "deep has its own field: train.deep"),
+    ("train.objectives=3", "expected a mapping"),
 ])
 def test_invalid_recipe_options(tiny_config, override, message):
     from legolab.errors import ConfigError
@@ -204,3 +208,25 @@ def test_every_cpu_figure_resolves_to_valid_configs(monkeypatch):
     for fig in FIGURES:
         for _, run in figure_runs(fig, "cpu", 1, None):
             load_config(run.config, run.overrides)  # raises ConfigError on any invalid combination
+
+
+def test_a_new_objective_is_one_registered_function(tiny_config, tmp_path, monkeypatch):
+    """Registered with the hooks it reads and weighted by train.objectives: it sees only what it
+    asked for, its term enters the loss, and runs without it are unchanged."""
+    monkeypatch.setitem(objectives.OBJECTIVES, "probe", None)  # so that it is removed after the test
+    del objectives.OBJECTIVES["probe"]
+    seen = []
+
+    def entropy(ctx, weight):
+        seen.append(sorted({k.split(".")[-1] for k in ctx.cache}))
+        patterns = [v for k, v in ctx.cache.items() if k.endswith("hook_pattern")]
+        return weight * sum(-(p * p.clamp_min(1e-9).log()).sum(-1).mean() for p in patterns)
+
+    objectives.register_objective("probe", hooks=("blocks.*.attn.hook_pattern",))(entropy)
+    base = trainer.train(load_config(tiny_config(train={"steps": 4, "eval_every": 2})), tmp_path / "a", progress=False)
+    with_it = trainer.train(load_config(tiny_config(train={"steps": 4, "eval_every": 2, "objectives": {"probe": 0.5}})),
+                            tmp_path / "b", progress=False)
+    assert seen == [["hook_pattern"]] * 4
+    assert with_it[0]["train_loss"] != base[0]["train_loss"]
+    again = trainer.train(load_config(tiny_config(train={"steps": 4, "eval_every": 2})), tmp_path / "c", progress=False)
+    assert [r["train_loss"] for r in again] == [r["train_loss"] for r in base]

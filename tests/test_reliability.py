@@ -241,3 +241,18 @@ def test_generate_streams_and_a_closed_pipe_is_not_an_error():
     proc.stdout.close()  # the reader leaves, as `| head` does
     assert proc.wait(timeout=60) == 0
     assert first.count(b"\n") > 10 and proc.stderr.read() == b""
+
+
+def test_a_run_of_an_earlier_version_reads_in_todays_metric_names(tiny_config, tmp_path):
+    """Runs written before "step" meant only an optimiser step store ``test_acc_per_step``."""
+    from legolab.io import write_jsonl
+    from legolab.reproduce.report import run_summary
+    from legolab.training.runs import run_curves
+
+    records = trainer.train(load_config(tiny_config(train={"steps": 40, "eval_every": 20})), tmp_path / "old",
+                            progress=False)
+    write_jsonl(tmp_path / "old" / "metrics.jsonl",
+                [{k.replace("_per_index", "_per_step"): v for k, v in r.items()} for r in records])
+    assert run_curves(tmp_path / "old")[2] == records
+    assert run_summary(tmp_path / "old")["final"] == records[-1]["test_acc_per_index"]
+    assert trainer._records_up_to(tmp_path / "old" / "metrics.jsonl", 20) == records[:1]  # resume's reader

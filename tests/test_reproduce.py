@@ -221,7 +221,7 @@ def test_run_summary_finds_first_passes_and_dips(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text((tmp_path / "configs" / "cpu" / "bert.yaml").read_text())
-    write_jsonl(run / "metrics.jsonl", [{"step": s, "time": s / 10, "test_acc_per_step": acc} for s, acc in
+    write_jsonl(run / "metrics.jsonl", [{"step": s, "time": s / 10, "test_acc_per_index": acc} for s, acc in
                                         ((10, [0.96, 0.5, 0.5, 0.5]), (20, [0.7, 0.96, 0.5, 0.5]), (30, [1.0, 1.0, 0.97, 0.6]))])
     s = run_summary(run)
     assert s["first_pass"] == [10, 20, 30, None] and s["dip"] == pytest.approx((0.26, 0))

@@ -31,12 +31,12 @@ class ParityTask(Task):
 
     name = "toy-parity"
     config_class = ParityConfig
-    step_name = "position"
+    index_name = "position"
 
     def __init__(self, config: ParityConfig, seed: int = 0):
         super().__init__(config, seed)
         self.vocab = Vocab([PAD, "0", "1"])
-        self.num_classes, self.num_steps, self.seq_len = 2, config.length, config.length
+        self.num_classes, self.num_indices, self.seq_len = 2, config.length, config.length
 
     def sample(self, split: str, indices) -> Batch:
         L = self.config.length
@@ -68,11 +68,11 @@ def test_contract_invariants(task_name):
     batch = task.sample("train", range(300))
     assert task.vocab.tokens[0] == PAD
     assert batch.tokens.dtype == TOKEN_DTYPE and batch.tokens.shape == (300, task.seq_len)
-    assert batch.positions.shape == batch.targets.shape == batch.steps.shape
-    valid = batch.steps >= 0
+    assert batch.positions.shape == batch.targets.shape == batch.index.shape
+    valid = batch.index >= 0
     assert (batch.positions[valid] < task.seq_len).all() and (batch.positions[valid] >= 0).all()
     assert ((batch.targets[valid] >= 0) & (batch.targets[valid] < task.num_classes)).all()
-    assert set(np.unique(batch.steps[valid])) == set(range(task.num_steps)), "every step occurs"
+    assert set(np.unique(batch.index[valid])) == set(range(task.num_indices)), "every step occurs"
     rows, cols = np.nonzero(valid)
     assert (batch.tokens[rows, batch.positions[rows, cols]] != 0).all(), "read-outs sit on real tokens"
     assert len(task.class_names()) == task.num_classes
@@ -80,7 +80,7 @@ def test_contract_invariants(task_name):
     roles = task.token_roles()
     assert {"query", "special"} <= set(roles)
     sizes = task.default_sizes()
-    assert sizes["train_size"] >= 0 and sizes["test_size"] > 0 and 0 <= sizes["n_tr"] <= task.num_steps
+    assert sizes["train_size"] >= 0 and sizes["test_size"] > 0 and 0 <= sizes["n_tr"] <= task.num_indices
     # per-index randomness: example i is the same however it is asked for
     again = make_task(task_name, task_config(task_name), seed=3).sample("train", [7, 250, 3])
     np.testing.assert_array_equal(again.tokens, batch.tokens[[7, 250, 3]])
@@ -88,9 +88,9 @@ def test_contract_invariants(task_name):
     assert not np.array_equal(task.sample("test", range(20)).tokens, batch.tokens[:20]), "splits differ"
     assert "\t" in task.format_example(batch, 0)
     if supports(task, "with_length"):
-        shorter = task.with_length(max(1, task.num_steps // 2))
+        shorter = task.with_length(max(1, task.num_indices // 2))
         assert shorter.vocab.tokens == task.vocab.tokens and shorter.num_classes == task.num_classes
-        assert shorter.num_steps == max(1, task.num_steps // 2)
+        assert shorter.num_indices == max(1, task.num_indices // 2)
 
 
 def test_unknown_option_is_one_line(task_name):
@@ -109,14 +109,14 @@ def test_pipeline(task_name, tmp_path, capsys):
     })
     run = tmp_path / "runs" / "conformance"
     records = train(cfg, run, progress=False)
-    assert len(records) == 2 and len(records[-1]["test_acc_per_step"]) == task.num_steps
+    assert len(records) == 2 and len(records[-1]["test_acc_per_index"]) == task.num_indices
     capsys.readouterr()
 
     assert main(["generate", "--task", task_name, "--count", "3"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 3
     assert main(["generate", "--task", task_name, "--count", "2", "--format", "jsonl"]) == 0
     assert main(["eval", str(run), "--count", "20"]) == 0
-    assert f"{task.step_name}" in capsys.readouterr().out
+    assert f"{task.index_name}" in capsys.readouterr().out
     assert main(["plot", str(run)]) == 0
     assert main(["analyze", "attention", str(run), "--count", "4"]) == 0
     assert (run / "analysis" / "head_scores.json").is_file()

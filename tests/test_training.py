@@ -20,7 +20,7 @@ def test_tiny_task_is_learned_in_seconds(tiny_config, tmp_path):
     cfg = load_config(tiny_config(task={"group": "sign", "n": 2}, train={"n_tr": 2, "steps": 300, "eval_every": 100}))
     records = trainer.train(cfg, tmp_path / "run", progress=False)
     assert [r["step"] for r in records] == [100, 200, 300]
-    assert min(records[-1]["test_acc_per_step"]) >= 0.98
+    assert min(records[-1]["test_acc_per_index"]) >= 0.98
     assert records[0]["test_acc"] < records[-1]["test_acc"]
 
 
@@ -78,7 +78,7 @@ def test_ddp_two_processes_match_one_process(tiny_config, tmp_path):
     for a, b in zip(ddp, single):
         for key in ("train_loss", "train_acc", "test_acc", "test_loss"):
             assert a[key] == pytest.approx(b[key], abs=1e-5), key
-        assert a["test_acc_per_step"] == pytest.approx(b["test_acc_per_step"], abs=1e-6)
+        assert a["test_acc_per_index"] == pytest.approx(b["test_acc_per_index"], abs=1e-6)
 
 
 def test_cli_train_eval_plot_and_refusals(tiny_config, tmp_path, capsys):
@@ -90,7 +90,7 @@ def test_cli_train_eval_plot_and_refusals(tiny_config, tmp_path, capsys):
     capsys.readouterr()
     assert main(["eval", str(run), "--n", "6", "--count", "100", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert len(result["acc_per_step"]) == 6
+    assert len(result["acc_per_index"]) == 6
     assert main(["plot", str(run)]) == 0 and (run / "accuracy.png").stat().st_size > 1000
     # refusals: an existing run, a resume with another config, a run directory without checkpoint
     assert main(["train", str(path), "train.steps=40", "--runs", str(runs)]) == 2
@@ -105,7 +105,7 @@ def test_cli_train_eval_plot_and_refusals(tiny_config, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("override,message", [
-    ("train.n_tr=9", "train.n_tr: must be between 0 and 4, the task's 4 steps"),
+    ("train.n_tr=9", "train.n_tr: must be between 0 and 4, the task's 4 indices"),
     ("task.group=q8", "unknown group"),
     ("train.lr=0", "train.lr: must be positive"),
     ("train.lr=-1e-3", "train.lr: must be positive"),
@@ -152,7 +152,7 @@ def test_bf16_autocast_learns_like_fp32(tiny_config, tmp_path):
     path = tiny_config(task={"group": "sign", "n": 2}, train={"n_tr": 2, "steps": 300, "eval_every": 100})
     fp32 = trainer.train(load_config(path), tmp_path / "fp32", progress=False)
     bf16 = trainer.train(load_config(path, ["train.dtype=bf16"]), tmp_path / "bf16", progress=False)
-    assert min(bf16[-1]["test_acc_per_step"]) >= 0.98 and min(fp32[-1]["test_acc_per_step"]) >= 0.98
+    assert min(bf16[-1]["test_acc_per_index"]) >= 0.98 and min(fp32[-1]["test_acc_per_index"]) >= 0.98
     assert bf16[0]["train_loss"] != fp32[0]["train_loss"]  # it really computed in bf16
 
 

@@ -180,7 +180,7 @@ def cmd_demo(args) -> int:
     overrides = ["train.test_size=1000"] + ([f"train.steps={args.steps}"] if args.steps else [])
 
     def solved(record) -> bool:
-        accs = record["test_acc_per_step"]
+        accs = record["test_acc_per_index"]
         return all(a is not None and a >= 0.95 for a in accs[:6])
 
     start_or_resume(str(config), overrides, runs_root=args.runs, name="demo", stop=solved)
@@ -248,17 +248,17 @@ def cmd_eval(args) -> int:
     torch.set_num_threads(args.threads or torch.get_num_threads())
     data = TensorBatch.from_batch(new_task.sample("test", range(args.count)))
     depth = args.depth or cfg.train.eval_depth or None
-    r = evaluate(model, data, new_task.num_steps, depth=depth)
+    r = evaluate(model, data, new_task.num_indices, depth=depth)
     task_values = {"name": cfg.task_name, **_config_values(new_task)}
     if args.json:
         print(json.dumps({"run": args.run, "checkpoint": args.checkpoint, "task": task_values, "depth": depth, **r}))
         return 0
-    supervised = set(cfg.train.supervised_steps(task.num_steps))
+    supervised = set(cfg.train.supervised_indices(task.num_indices))
     described = " ".join(f"{k}={v}" for k, v in task_values.items() if v is not None)
     print(f"{args.run} ({args.checkpoint}) on {described}, {args.count} test examples, "
           f"depth {depth or cfg.model.n_layers}: accuracy {r['acc']:.4f}")
-    print(f"{new_task.step_name:9s} supervised  accuracy    loss")
-    for i, (a, l) in enumerate(zip(r["acc_per_step"], r["loss_per_step"])):
+    print(f"{new_task.index_name:9s} supervised  accuracy    loss")
+    for i, (a, l) in enumerate(zip(r["acc_per_index"], r["loss_per_index"])):
         if a is None:
             print(f"#{i:<8d} {'yes' if i in supervised else '':10s} {'-':>9s} {'-':>7s}")
         else:
@@ -310,75 +310,26 @@ def _analysis_depth(args, cfg, model) -> int:
     return args.depth or (cfg.train.eval_depth if cfg else 0) or model.cfg.n_layers
 
 
-def cmd_analyze_attention(args) -> int:
+def cmd_analyze(args) -> int:
     import torch
 
-    from .analysis.heads import head_report, write_head_report
-    from .analysis.plots import plot_attention_maps
+    from .analysis import ANALYSES, Source
     from .training.runs import load_source
 
-    _check_non_negative(args, "seed", "threads", "window", positive=("count",))
+    analysis = ANALYSES[args.analysis]()
+    numbers = [k for k, o in analysis.options.items() if o.type in (int, float)]
+    _check_non_negative(args, "seed", "threads", *[k for k in numbers if not analysis.options[k].positive],
+                        positive=tuple(k for k in numbers if analysis.options[k].positive))
     cfg, task, model = load_source(args.source, args.checkpoint, _analysis_task(args), args.seed)
     torch.set_num_threads(args.threads or torch.get_num_threads())
     depth = _analysis_depth(args, cfg, model)
-    tokens = torch.from_numpy(task.sample("analysis", range(args.count)).tokens).long()
-    report = {"source": args.source, **head_report(model, task, tokens, depth=depth, window=args.window)}
+    supervised = tuple(cfg.train.supervised_indices(task.num_indices)) if cfg else ()
+    source = Source(args.source, depth, supervised, args.seed)
+    report = analysis.run(model, task, source, **{k: getattr(args, k) for k in analysis.options})
     out = _out_dir(args)
-    write_head_report(report, out, title=f"{args.source}: head scores on {args.count} sentences")
-    rows = report["heads"]
-    L, H = len(report["scores"]["association"]), len(report["scores"]["association"][0])
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title=f"{args.source}: attention heads (association >= 0.5; manipulation >= 0.7 with shift >= 0.7)")
-    for c in ("layer", "head", "association", "manipulation", "shift", "broadcast", "kind"):
-        t.add_column(c, justify="right" if c not in ("kind",) else "left")
-    for r in rows:
-        t.add_row(str(r["layer"]), str(r["head"]), *(f"{r[k]:.2f}" for k in ("association", "manipulation", "shift", "broadcast")),
-                  r["kind"])
-    Console().print(t)
-    c = report["counts"]
-    print(f"{c['association']} association and {c['manipulation']} manipulation heads of {c['heads']}")
-    # full maps of chosen heads on one sentence
-    try:
-        picked = [tuple(int(x) for x in h.split(".")) for h in args.heads.split(",")] if args.heads else None
-    except ValueError:
-        raise LegoError(f"--heads: expected LAYER.HEAD pairs such as 0.1,2.3, got {args.heads!r}") from None
-    if picked is not None and any(len(h) != 2 for h in picked):
-        raise LegoError(f"--heads: expected LAYER.HEAD pairs such as 0.1,2.3, got {args.heads!r}")
-    chosen = picked if picked is not None else \
-        [(r["layer"], r["head"]) for r in sorted(rows, key=lambda r: -r["association"])[:2]] + \
-        [(r["layer"], r["head"]) for r in sorted(rows, key=lambda r: -r["manipulation"] * r["shift"])[:1]]
-    for layer, head in chosen:
-        if not (0 <= layer < L and 0 <= head < H):
-            raise LegoError(f"--heads: no head {layer}.{head} (layers 0..{L - 1}, heads 0..{H - 1})")
-    with torch.no_grad():
-        cache = model.activations(tokens[:1], ["blocks.*.attn.hook_pattern"], depth=depth)
-    labels = task.vocab.decode(tokens[0])
-    maps = [(f"layer {l} head {h}", cache[f"blocks.{l}.attn.hook_pattern"][0, h].numpy()) for l, h in chosen]
-    plot_attention_maps(maps, labels, out / "attention_maps.png")
-    print(f"wrote {out / 'head_scores.json'}, {out / 'head_scores.png'}, {out / 'attention_maps.png'}")
-    return 0
-
-
-def cmd_analyze_probe(args) -> int:
-    import torch
-
-    from .analysis.probe import probe_report, write_probe_report
-    from .training.runs import load_source
-
-    _check_non_negative(args, "seed", "threads", positive=("train", "test"))
-    cfg, task, model = load_source(args.source, args.checkpoint, _analysis_task(args), args.seed)
-    torch.set_num_threads(args.threads or torch.get_num_threads())
-    depth = _analysis_depth(args, cfg, model)
-    supervised = cfg.train.supervised_steps(task.num_steps) if cfg else ()
-    report = {"source": args.source, **probe_report(model, task, supervised, args.train, args.test, depth, args.seed)}
-    out = _out_dir(args)
-    write_probe_report(report, out, title=f"{args.source}: probe accuracy (depth {depth})")
-    print("layer  " + " ".join(f"#{i:<4d}" for i in range(len(report["accuracy"][0]))))
-    for layer, row in enumerate(report["accuracy"]):
-        print(f"{'emb' if layer == 0 else layer:>5}  " + " ".join(f"{a:5.2f}" for a in row))
-    print(f"wrote {out / 'probe.json'}, {out / 'probe.png'}")
+    files = analysis.write(report, out, f"{args.source}: {analysis.help} (depth {depth})")
+    analysis.show(report)
+    print("wrote " + ", ".join(str(f) for f in files))
     return 0
 
 
@@ -488,7 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("configs", help="list the configs shipped with legolab (usable by name: cpu/bert)")
     s.set_defaults(func=cmd_configs)
 
-    s = sub.add_parser("generate", help="print or write a task's examples with their answers and step indices")
+    s = sub.add_parser("generate", help="print or write a task's examples with their answers and chain indices")
     s.add_argument("options", nargs="*", metavar="[key=value ...]", help="task options such as n=8 group=d3")
     s.add_argument("--task", default="lego", help="a registered task (`legolab tasks` lists them)")
     s.add_argument("--group", help="LEGO: sign|z2 (Task 1), d3 (Task 2), zK, dK, sK or a Cayley-table file")
@@ -534,11 +485,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default=None, help="PNG path (default: RUN/accuracy.png, or accuracy.png for several runs)")
     s.set_defaults(func=cmd_plot)
 
-    s = sub.add_parser("analyze", help="look inside: attention head scores, per-layer probes")
+    from .analysis import ANALYSES
+
+    s = sub.add_parser("analyze", help="look inside: " + ", ".join(a.help.split(":")[0] for a in ANALYSES.values()))
     an = s.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
-    for name, func, text in (("attention", cmd_analyze_attention, "score every head: association, manipulation, broadcast"),
-                             ("probe", cmd_analyze_probe, "linear probes per layer and chain index")):
-        a = an.add_parser(name, help=text)
+    for name, analysis in ANALYSES.items():
+        a = an.add_parser(name, help=analysis.help)
         a.add_argument("source", metavar="RUN", help="a run directory, minilm, or hf:PATH (a pretrained model as is)")
         a.add_argument("--checkpoint", choices=["best", "last"], default="last")
         a.add_argument("--depth", type=int, help="layers to apply (default: the run's eval depth)")
@@ -549,14 +501,10 @@ def build_parser() -> argparse.ArgumentParser:
         a.add_argument("--seed", type=int, default=0)
         a.add_argument("--threads", type=int, default=0)
         a.add_argument("--out", help="output directory (default: RUN/analysis)")
-        if name == "attention":
-            a.add_argument("--count", type=int, default=200, help="sentences to average over")
-            a.add_argument("--window", type=int, default=2, help="manipulation window: |i - j| <= window")
-            a.add_argument("--heads", help="heads to draw in full, as LAYER.HEAD,... (default: the top scorers)")
-        else:
-            a.add_argument("--train", type=int, default=2000, help="sentences to fit the probes on")
-            a.add_argument("--test", type=int, default=1000, help="held-out sentences")
-        a.set_defaults(func=func)
+        for key, option in analysis.options.items():
+            a.add_argument("--" + key.replace("_", "-"), dest=key, type=option.type, default=option.default,
+                           help=option.help)
+        a.set_defaults(func=cmd_analyze)
 
     s = sub.add_parser("mimic", help="pretrain attention heads to mimic association and manipulation (an init)")
     s.add_argument("config", nargs="+", metavar="CONFIG.yaml [key=value ...]")

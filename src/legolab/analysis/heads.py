@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from .base import Analysis, Option, Source, register_analysis
+
 ASSOCIATION_HEAD = 0.5
 MANIPULATION_HEAD = 0.7
 SHIFT_HEAD = 0.7
@@ -119,3 +121,70 @@ def write_head_report(report: dict, out_dir, name: str = "head_scores", title: s
     write_json(out_dir / f"{name}.json", report)
     plot_head_scores({k: torch.tensor(v) for k, v in report["scores"].items()}, out_dir / f"{name}.png", title=title)
     return [out_dir / f"{name}.json", out_dir / f"{name}.png"]
+
+
+def chosen_heads(rows: list[dict], spec: str | None, layers: int, heads: int) -> list[tuple[int, int]]:
+    """``spec`` ("0.1,2.3") as (layer, head) pairs, or by default the two best association heads
+    and the best shift-invariant manipulation head."""
+    from ..errors import LegoError
+
+    if spec is None:
+        return [(r["layer"], r["head"]) for r in sorted(rows, key=lambda r: -r["association"])[:2]] + \
+               [(r["layer"], r["head"]) for r in sorted(rows, key=lambda r: -r["manipulation"] * r["shift"])[:1]]
+    try:
+        picked = [tuple(int(x) for x in h.split(".")) for h in spec.split(",")]
+    except ValueError:
+        picked = [()]
+    if any(len(h) != 2 for h in picked):
+        raise LegoError(f"--heads: expected LAYER.HEAD pairs such as 0.1,2.3, got {spec!r}")
+    for layer, head in picked:
+        if not (0 <= layer < layers and 0 <= head < heads):
+            raise LegoError(f"--heads: no head {layer}.{head} (layers 0..{layers - 1}, heads 0..{heads - 1})")
+    return picked
+
+
+
+@register_analysis
+class AttentionHeads(Analysis):
+    name, help = "attention", "score every head: association, manipulation, broadcast"
+    options = {"count": Option(int, 200, "sentences to average over", positive=True),
+               "window": Option(int, 2, "manipulation window: |i - j| <= window"),
+               "heads": Option(str, None, "heads to draw in full, as LAYER.HEAD,... (default: the top scorers)")}
+
+    def run(self, model, task, source: Source, count: int = 200, window: int = 2, heads: str | None = None) -> dict:
+        tokens = torch.from_numpy(task.sample("analysis", range(count)).tokens).long()
+        report = {"source": source.name, **head_report(model, task, tokens, depth=source.depth, window=window)}
+        L, H = len(report["scores"]["association"]), len(report["scores"]["association"][0])
+        chosen = chosen_heads(report["heads"], heads, L, H)
+        with torch.no_grad():
+            cache = model.activations(tokens[:1], ["blocks.*.attn.hook_pattern"], depth=source.depth)
+        report["maps"] = {"tokens": task.vocab.decode(tokens[0]),
+                          "heads": {f"layer {l} head {h}": cache[f"blocks.{l}.attn.hook_pattern"][0, h].tolist()
+                                    for l, h in chosen}}
+        return report
+
+    def write(self, report: dict, out_dir, title: str) -> list:
+        import numpy as np
+
+        from .plots import plot_attention_maps
+
+        maps = report["maps"]
+        files = write_head_report({k: v for k, v in report.items() if k != "maps"}, out_dir, title=title)
+        plot_attention_maps([(k, np.array(v)) for k, v in maps["heads"].items()], maps["tokens"],
+                            out_dir / "attention_maps.png")
+        return files + [out_dir / "attention_maps.png"]
+
+    def show(self, report: dict) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title=f"{report['source']}: attention heads (association >= {ASSOCIATION_HEAD}; "
+                        f"manipulation >= {MANIPULATION_HEAD} with shift >= {SHIFT_HEAD})")
+        for c in ("layer", "head", "association", "manipulation", "shift", "broadcast", "kind"):
+            t.add_column(c, justify="left" if c == "kind" else "right")
+        for r in report["heads"]:
+            t.add_row(str(r["layer"]), str(r["head"]),
+                      *(f"{r[k]:.2f}" for k in ("association", "manipulation", "shift", "broadcast")), r["kind"])
+        Console().print(t)
+        c = report["counts"]
+        print(f"{c['association']} association and {c['manipulation']} manipulation heads of {c['heads']}")

@@ -18,8 +18,8 @@ def _pyplot():
 
 
 def plot_runs(runs: list[tuple[str, set[int], list[dict]]], out: str | Path, x: str = "epoch") -> Path:
-    """One panel per run with test accuracy per step over training (the paper's Fig. 3), and a
-    last panel with the final accuracy per step of every run side by side. ``runs``: (name,
+    """One panel per run with test accuracy per index over training (the paper's Fig. 3), and a
+    last panel with the final accuracy per index of every run side by side. ``runs``: (name,
     supervised steps, evaluation records) each, as ``training.runs.run_curves`` reads them."""
     plt = _pyplot()
     for name, _, records in runs:
@@ -30,12 +30,12 @@ def plot_runs(runs: list[tuple[str, set[int], list[dict]]], out: str | Path, x: 
     axes = axes[0]
     cmap = plt.get_cmap("viridis")
     # Task 2 has chance 1/6: keep every curve in view
-    bottom = max(0.0, min(0.4, min(a for _, _, rs in runs for r in rs for a in r["test_acc_per_step"]) - 0.05))
+    bottom = max(0.0, min(0.4, min(a for _, _, rs in runs for r in rs for a in r["test_acc_per_index"]) - 0.05))
     for ax, (name, supervised, records) in zip(axes, runs):
-        n = len(records[0]["test_acc_per_step"])
+        n = len(records[0]["test_acc_per_index"])
         xs = [r[x] for r in records]
         for i in range(n):
-            ys = [r["test_acc_per_step"][i] for r in records]
+            ys = [r["test_acc_per_index"][i] for r in records]
             ax.plot(xs, ys, color=cmap(i / max(1, n - 1)), lw=1.4, ls="-" if i in supervised else "--", label=f"#{i}")
         ax.set_title(name, fontsize=10)
         ax.set_xlabel(x)
@@ -45,9 +45,9 @@ def plot_runs(runs: list[tuple[str, set[int], list[dict]]], out: str | Path, x: 
     axes[0].legend(fontsize=6, ncol=2, title="step (dashed: unsupervised)", title_fontsize=6, loc="lower right")
     ax = axes[-1]
     for name, _, records in runs:
-        accs = records[-1]["test_acc_per_step"]
+        accs = records[-1]["test_acc_per_index"]
         ax.plot(range(len(accs)), accs, marker="o", ms=3, label=name)
-    ax.set_title("final test accuracy per step", fontsize=10)
+    ax.set_title("final test accuracy per index", fontsize=10)
     ax.set_xlabel("step (chain index)")
     ax.set_ylim(bottom, 1.02)
     ax.grid(alpha=0.3)

@@ -24,7 +24,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
-from . import lego_attention  # noqa: F401  (registers lego-v0 and lego-v1)
 from .attention import ATTENTIONS, ActivationCache, Context
 from .tokenizer import check_tokenizer
 

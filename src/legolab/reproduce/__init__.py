@@ -154,7 +154,7 @@ def _depth_sweep(groups) -> dict:
         sweep[label] = {}
         for depth in (4, 6, 8, 10, 12, 14, 16, 20):
             with torch.no_grad():
-                sweep[label][depth] = evaluate(model, data, task.num_steps, depth=depth)["acc_per_step"]
+                sweep[label][depth] = evaluate(model, data, task.num_indices, depth=depth)["acc_per_index"]
     return sweep
 
 

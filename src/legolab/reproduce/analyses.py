@@ -34,7 +34,7 @@ def fig4(scale, root, out, log, pretrained, train=True, **_):
             body.append(f"- {run.name}: {results[run.name]}")
             continue
         cfg, task, model = load_run(results[run.name], "last")
-        supervised = list(cfg.train.supervised_steps(task.num_steps))
+        supervised = list(cfg.train.supervised_indices(task.num_indices))
         reports[label] = probe_report(model, task, supervised, depth=cfg.train.eval_depth or None)
         write_probe_report(reports[label], out, f"probe-{label}", title=f"{label}: probe accuracy")
         first = [reports[label]["first_layer"][i] for i in supervised]

@@ -7,7 +7,8 @@ import statistics
 import time
 from pathlib import Path
 
-from ..io import read_jsonl, write_json, write_text
+from ..io import write_json, write_text
+from ..training.rundir import read_metrics
 from .figures import FAILS, HOLDS, PASS, UNTESTABLE, Verdict
 
 SCALE_NOTES = {
@@ -25,21 +26,21 @@ def run_summary(run_dir: Path) -> dict:
     from ..training.runs import run_config
 
     cfg = run_config(run_dir)
-    records = read_jsonl(run_dir / "metrics.jsonl")
+    records = read_metrics(run_dir)
     if not records:
         raise ValueError(f"{run_dir}: no evaluations recorded")
-    n = len(records[-1]["test_acc_per_step"])
-    first = [next((r["step"] for r in records if r["test_acc_per_step"][i] >= PASS), None) for i in range(n)]
+    n = len(records[-1]["test_acc_per_index"])
+    first = [next((r["step"] for r in records if r["test_acc_per_index"][i] >= PASS), None) for i in range(n)]
     dip = (0.0, 0)
     for i in range(n):  # the largest fall of a variable after it first passed 90%
         peak, passed = 0.0, False
         for r in records:
-            a = r["test_acc_per_step"][i]
+            a = r["test_acc_per_index"][i]
             if passed and peak - a > dip[0]:
                 dip = (peak - a, i)
             peak, passed = max(peak, a), passed or a >= 0.9
-    return {"final": records[-1]["test_acc_per_step"], "first_pass": first, "dip": dip, "step": records[-1]["step"],
-            "supervised": list(cfg.train.supervised_steps(n)), "chance": 1 / cfg.make_task().num_classes,
+    return {"final": records[-1]["test_acc_per_index"], "first_pass": first, "dip": dip, "step": records[-1]["step"],
+            "supervised": list(cfg.train.supervised_indices(n)), "chance": 1 / cfg.make_task().num_classes,
             "time": records[-1]["time"]}
 
 

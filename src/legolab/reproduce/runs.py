@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..errors import LegoError
 from ..io import read_jsonl
+from ..training.rundir import read_metrics
 from .figures import STEMS, catalogue
 
 
@@ -85,7 +86,7 @@ def finished(run_dir: Path) -> bool:
         return False
     from ..training.runs import run_config
 
-    records = read_jsonl(run_dir / "metrics.jsonl")
+    records = read_metrics(run_dir)
     return bool(records) and records[-1]["step"] >= run_config(run_dir).train.total_steps()
 
 

@@ -5,10 +5,10 @@ A task is one file in this package that defines a config dataclass (with ``valid
 module, so no other file changes). The task says
 
 - what each read-out position must predict (``targets``), where it is read (``positions``) and
-  which reasoning step it belongs to (``steps``: LEGO's chain index, a ListOps node's depth), so
-  training can supervise a subset of steps and evaluation reports accuracy per step;
+  which reasoning step it belongs to (its ``index``: LEGO's chain index, a ListOps node's height),
+  so training can supervise a subset of indices and evaluation reports accuracy per index;
 - its vocabulary (id 0 is always ``[PAD]``), sequence length, classes and boundary tokens;
-- its default sizes (training / test set, supervised steps);
+- its default sizes (training / test set, supervised indices);
 - optionally: shorter or longer variants (``with_length``, for curricula and extrapolation),
   token roles analyses may ask for, extra read-outs (``operand_readouts``) and a text form.
 
@@ -63,26 +63,26 @@ class Batch:
     tokens:    (B, T) token ids, PAD-padded
     positions: (B, P) index into T of each read-out token
     targets:   (B, P) class id each read-out must predict
-    steps:     (B, P) reasoning step of each read-out (LEGO: chain index), -1 for padding
+    index:     (B, P) reasoning-step index of each read-out (LEGO: chain index), -1 for padding
     meta:      task-specific arrays, e.g. LEGO's chain-order variables and values
     """
 
     tokens: np.ndarray
     positions: np.ndarray
     targets: np.ndarray
-    steps: np.ndarray
+    index: np.ndarray
     meta: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def __getitem__(self, sl) -> Batch:
-        return Batch(self.tokens[sl], self.positions[sl], self.targets[sl], self.steps[sl],
+        return Batch(self.tokens[sl], self.positions[sl], self.targets[sl], self.index[sl],
                      {k: v[sl] for k, v in self.meta.items()})
 
     @staticmethod
     def concat(batches: list[Batch]) -> Batch:
-        return Batch(*(np.concatenate([getattr(b, f) for b in batches]) for f in ("tokens", "positions", "targets", "steps")),
+        return Batch(*(np.concatenate([getattr(b, f) for b in batches]) for f in ("tokens", "positions", "targets", "index")),
                      {k: np.concatenate([b.meta[k] for b in batches]) for k in batches[0].meta})
 
 
@@ -90,15 +90,15 @@ class Task:
     """The interface training, evaluation and analysis rely on; subclass it and register it.
 
     Required: ``name``, ``config_class``, ``__init__(config, seed)`` setting ``vocab``,
-    ``num_classes``, ``num_steps`` and ``seq_len``, and ``sample``. The rest has defaults.
+    ``num_classes``, ``num_indices`` and ``seq_len``, and ``sample``. The rest has defaults.
     """
 
     name: ClassVar[str]
     config_class: ClassVar[type]   # a dataclass with validate() raising ConfigError
-    step_name: ClassVar[str] = "step"  # what a step index is, in reports ("variable", "depth", ...)
+    index_name: ClassVar[str] = "index"  # what an index is, in reports ("variable", "height", ...)
     vocab: Vocab
     num_classes: int               # classes a read-out predicts
-    num_steps: int                 # distinct step indices (LEGO: chain length n)
+    num_indices: int               # distinct reasoning-step indices (LEGO: chain length n)
     seq_len: int                   # token length of every example (max length if examples are padded)
     special_ids: tuple[int, ...] = ()  # boundary tokens (LEGO: BOS, EOS), which LEGO attention broadcasts from
 
@@ -114,11 +114,11 @@ class Task:
         return [str(i) for i in range(self.num_classes)]
 
     def default_sizes(self) -> dict[str, int]:
-        """Unset ``train.train_size`` / ``train.test_size`` / ``train.n_tr`` (0: every step)."""
+        """Unset ``train.train_size`` / ``train.test_size`` / ``train.n_tr`` (0: every index)."""
         return {"train_size": 10_000, "test_size": 1_000, "n_tr": 0}
 
-    def with_length(self, num_steps: int, seed: int | None = None) -> Task:
-        """The same task (same vocabulary and classes) with ``num_steps`` steps: curricula, mixed
+    def with_length(self, num_indices: int, seed: int | None = None) -> Task:
+        """The same task (same vocabulary and classes) with ``num_indices`` indices: curricula, mixed
         lengths and length extrapolation use it. Tasks without length variants leave it out."""
         raise NotImplementedError
 
@@ -128,25 +128,25 @@ class Task:
         specials = set(self.special_ids)
         return {"query": [i for i in range(1, len(self.vocab)) if i not in specials], "special": list(self.special_ids)}
 
-    # operand_readouts(batch) -> (positions, targets, steps): extra read-outs of intermediate
+    # operand_readouts(batch) -> (positions, targets, index): extra read-outs of intermediate
     # values, for train.aux_operand; defined only by tasks that have them (LEGO).
 
     def format_example(self, batch: Batch, i: int, notation: str | None = None) -> str:
-        """One line of text for example i: its tokens, a tab, and each step's answer."""
+        """One line of text for example i: its tokens, a tab, and each index's answer."""
         if notation is not None:
             raise ConfigError(f"--notation: task {self.name!r} has one text form")
         words = [t for t in self.vocab.decode(batch.tokens[i]) if t != PAD]
         names = self.class_names()
-        answers = [f"{self.step_name}{int(s)}@{int(p)}:{names[int(t)]}"
-                   for p, t, s in zip(batch.positions[i], batch.targets[i], batch.steps[i]) if s >= 0]
+        answers = [f"{self.index_name}{int(s)}@{int(p)}:{names[int(t)]}"
+                   for p, t, s in zip(batch.positions[i], batch.targets[i], batch.index[i]) if s >= 0]
         return " ".join(words) + "\t" + " ".join(answers)
 
     def describe_example(self, batch: Batch, i: int, notation: str | None = None) -> dict:
         """Example i as a JSON-able record."""
-        valid = batch.steps[i] >= 0
+        valid = batch.index[i] >= 0
         names = self.class_names()
         return {"tokens": batch.tokens[i].tolist(), "text": self.format_example(batch, i, notation).split("\t")[0],
-                "positions": batch.positions[i][valid].tolist(), "steps": batch.steps[i][valid].tolist(),
+                "positions": batch.positions[i][valid].tolist(), "index": batch.index[i][valid].tolist(),
                 "targets": [names[int(t)] for t in batch.targets[i][valid]]}
 
     def solve_text(self, line: str, verbose: bool = False) -> str:

@@ -64,7 +64,7 @@ class LegoTask(Task):
 
     name: ClassVar[str] = "lego"
     config_class: ClassVar[type] = LegoConfig
-    step_name: ClassVar[str] = "variable"
+    index_name: ClassVar[str] = "variable"
 
     def __init__(self, config: LegoConfig, seed: int = 0):
         super().__init__(config, seed)
@@ -74,7 +74,7 @@ class LegoTask(Task):
         self.element0 = self.vocab[self.group.names[0]]
         self.var0 = self.vocab[self.variables[0]]
         self.num_classes = self.group.order
-        self.num_steps = config.n
+        self.num_indices = config.n
         self.seq_len = 2 + CLAUSE_LEN * config.n
         self.special_ids = (self.vocab[BOS], self.vocab[EOS])
 
@@ -86,10 +86,10 @@ class LegoTask(Task):
         n = self.config.n
         return {"train_size": 10_000 * n, "test_size": 1_000 * n, "n_tr": min(6, n)}
 
-    def with_length(self, num_steps: int, seed: int | None = None) -> LegoTask:
-        """Sentences of exactly ``num_steps`` clauses over the same alphabet (grown if a longer
+    def with_length(self, num_indices: int, seed: int | None = None) -> LegoTask:
+        """Sentences of exactly ``num_indices`` clauses over the same alphabet (grown if a longer
         chain needs more names, which keeps the ids of the existing ones)."""
-        config = dataclasses.replace(self.config, n=num_steps, n_min=None, n_vars=max(self.config.n_vars, num_steps))
+        config = dataclasses.replace(self.config, n=num_indices, n_min=None, n_vars=max(self.config.n_vars, num_indices))
         return LegoTask(config, seed=self.seed if seed is None else seed)
 
     def token_roles(self) -> dict[str, list[int]]:
@@ -149,7 +149,7 @@ class LegoTask(Task):
         tokens[:, -1] = self.vocab[EOS]
         out.positions[:] = 1 + CLAUSE_LEN * np.arange(n)
         out.targets[:] = values.ravel().take(flat)
-        out.steps[:] = perm
+        out.index[:] = perm
         out.meta["variables"][:] = names
         out.meta["values"][:] = values
         out.meta["ops"][:] = ops
@@ -158,7 +158,7 @@ class LegoTask(Task):
             tokens[:, 1:-1][np.repeat(pad, CLAUSE_LEN, axis=1)] = self.vocab[PAD]
             tokens[:, -1] = self.vocab[PAD]
             tokens[np.arange(B), 1 + CLAUSE_LEN * length] = self.vocab[EOS]
-            out.steps[pad] = -1
+            out.index[pad] = -1
             out.targets[pad] = 0
 
     def operand_readouts(self, batch: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -166,7 +166,7 @@ class LegoTask(Task):
         of the operand variable x_{k-1} of clause k, with chain index k - 1 as its step (-1 for
         the root clause, whose operand is the constant). These are the labels of the earlier
         variables, read where the association head writes them."""
-        k = batch.steps.astype(np.int64)
+        k = batch.index.astype(np.int64)
         prev = np.clip(k - 1, 0, None)
         values = np.take_along_axis(batch.meta["values"].astype(np.int64), prev, 1)
         steps = np.where(k >= 1, k - 1, -1)
@@ -180,7 +180,7 @@ class LegoTask(Task):
 
     def answers(self, batch: Batch, i: int) -> list[tuple[str, str]]:
         """(variable, printed value) of example i in chain order."""
-        m = int((batch.steps[i] >= 0).sum())
+        m = int((batch.index[i] >= 0).sum())
         return [(self.variables[batch.meta["variables"][i, c]], self.group.value_names[batch.meta["values"][i, c]])
                 for c in range(m)]
 
@@ -196,7 +196,7 @@ class LegoTask(Task):
         m = len(answers)
         return {"sentence": format_sentence(self.clauses(batch.tokens[i]), notation or "paper"),
                 "chain": [v for v, _ in answers], "values": {v: x for v, x in answers},
-                "steps": batch.steps[i, :m].tolist(), "positions": batch.positions[i, :m].tolist(),
+                "index": batch.index[i, :m].tolist(), "positions": batch.positions[i, :m].tolist(),
                 "ops": [self.group.names[g] for g in batch.meta["ops"][i, :m]], "tokens": batch.tokens[i].tolist()}
 
     def solve_text(self, line: str, verbose: bool = False) -> str:

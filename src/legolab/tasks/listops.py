@@ -24,6 +24,7 @@ root is drawn as an operator directly: the same distribution, fewer wasted draws
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -98,7 +99,7 @@ class ListOpsTask(Task):
 
     name: ClassVar[str] = "listops"
     config_class: ClassVar[type] = ListOpsConfig
-    step_name: ClassVar[str] = "height"
+    index_name: ClassVar[str] = "height"
 
     def __init__(self, config: ListOpsConfig, seed: int = 0):
         super().__init__(config, seed)
@@ -111,7 +112,7 @@ class ListOpsTask(Task):
         self.op_codes = np.array([OPERATORS.index(op) for op in config.operators], dtype=np.int64)
         self.num_classes = max(10, config.modulus)
         # a height-h tree has >= 3h + 1 tokens (a chain of binary operators)
-        self.num_steps = min(self.max_depth, (self.max_length - 1) // 3)
+        self.num_indices = min(self.max_depth, (self.max_length - 1) // 3)
         self.seq_len = self.max_length + 2
         self.special_ids = (self.vocab[BOS], self.vocab[EOS])
         # every operator has >= 2 arguments, so a tree with k operators has >= 3k + 1 tokens
@@ -123,6 +124,18 @@ class ListOpsTask(Task):
 
     def token_roles(self) -> dict[str, list[int]]:
         return {"query": [self.vocab[d] for d in DIGITS], "special": list(self.special_ids)}
+
+    def with_length(self, num_indices: int, seed: int | None = None) -> ListOpsTask:
+        """Trees of at most ``num_indices`` operator levels (heights 1..num_indices) with the same
+        operators, arguments and vocabulary: shallower for curricula, deeper to test extrapolation.
+        A deeper variant's length window grows in proportion (a height-h tree needs >= 3h + 1
+        tokens); a shallower one keeps it, its lower end cut to what such trees can reach."""
+        D, A = self.max_depth, self.max_args
+        max_length = max(self.max_length, -(-self.max_length * num_indices // D), 3 * num_indices + 1)
+        longest = A ** num_indices + 2 * (A ** num_indices - 1) // (A - 1)
+        config = dataclasses.replace(self.config, max_depth=num_indices, max_length=min(max_length, LIMITS["max_length"][1]),
+                                     min_length=min(self.min_length, longest))
+        return ListOpsTask(config, seed=self.seed if seed is None else seed)
 
     # ---- generation -----------------------------------------------------------------------
     def sample(self, split: str, indices) -> Batch:
@@ -243,18 +256,18 @@ class ListOpsTask(Task):
         order = np.lexsort((close, row))  # by example, then by the position of ``]``
         row, close, value, step, depth, open_ = (a[order] for a in (row, close, value, step, depth, open_))
         col = np.arange(len(row)) - np.searchsorted(row, row)
-        out.positions[acc], out.targets[acc], out.steps[acc] = 0, 0, -1
+        out.positions[acc], out.targets[acc], out.index[acc] = 0, 0, -1
         out.meta["root"][acc], out.meta["depth"][acc], out.meta["open"][acc] = False, -1, 0
-        out.positions[row, col], out.targets[row, col], out.steps[row, col] = close, value, step
+        out.positions[row, col], out.targets[row, col], out.index[row, col] = close, value, step
         out.meta["root"][row, col], out.meta["depth"][row, col], out.meta["open"][row, col] = depth == 0, depth, open_
         return ok
 
     # ---- text -----------------------------------------------------------------------------
     def _nodes(self, batch: Batch, i: int) -> list[dict]:
-        valid = batch.steps[i] >= 0
+        valid = batch.index[i] >= 0
         ops = self.vocab.decode(batch.tokens[i][batch.meta["open"][i][valid]])
         return [{"op": op[1:], "value": int(v), "height": int(s) + 1, "depth": int(d), "open": int(o), "close": int(p)}
-                for op, v, s, d, o, p in zip(ops, batch.targets[i][valid], batch.steps[i][valid], batch.meta["depth"][i][valid],
+                for op, v, s, d, o, p in zip(ops, batch.targets[i][valid], batch.index[i][valid], batch.meta["depth"][i][valid],
                                              batch.meta["open"][i][valid], batch.positions[i][valid])]
 
     def format_example(self, batch: Batch, i: int, notation: str | None = None) -> str:
@@ -268,10 +281,10 @@ class ListOpsTask(Task):
 
     def describe_example(self, batch: Batch, i: int, notation: str | None = None) -> dict:
         nodes = self._nodes(batch, i)
-        valid = batch.steps[i] >= 0
+        valid = batch.index[i] >= 0
         return {"text": self.format_example(batch, i, notation).split("\t")[0],
                 "value": next(n["value"] for n in nodes if n["depth"] == 0), "nodes": nodes,
-                "positions": batch.positions[i][valid].tolist(), "steps": batch.steps[i][valid].tolist(),
+                "positions": batch.positions[i][valid].tolist(), "index": batch.index[i][valid].tolist(),
                 "targets": batch.targets[i][valid].tolist(), "tokens": batch.tokens[i].tolist()}
 
     def solve_text(self, line: str, verbose: bool = False) -> str:

@@ -161,7 +161,7 @@ class TemplateTask(Task):
 
     name: ClassVar[str] = "template"
     config_class: ClassVar[type] = TemplateConfig
-    step_name: ClassVar[str] = "answer"
+    index_name: ClassVar[str] = "answer"
 
     def __init__(self, config: TemplateConfig, seed: int = 0):
         super().__init__(config, seed)
@@ -173,7 +173,7 @@ class TemplateTask(Task):
         self.vocab = Vocab([PAD, CLS, *fixed, *self.train_names, *self.valid_names, *self.test_names])
         self.copy = self.templates[0][1].isalpha()
         self.num_classes = len(self.vocab) if self.copy else 1 + max(int(y) for _, y in self.templates)
-        self.num_steps = 1
+        self.num_indices = 1
         self.length = len(self.templates[0][0])
         self.seq_len = self.length + 1
         # per template: the wildcard index at every position (-1: a fixed token) and its fixed ids
@@ -239,7 +239,7 @@ class TemplateTask(Task):
         words = self.vocab.decode(batch.tokens[i][:-1])
         template = self.templates[int(batch.meta["template"][i, 0])][0]
         return {"symbols": words, "template": template, "label": self.class_names()[int(batch.targets[i, 0])],
-                "tokens": batch.tokens[i].tolist(), "positions": [self.length], "steps": [0]}
+                "tokens": batch.tokens[i].tolist(), "positions": [self.length], "index": [0]}
 
     def solve_text(self, line: str, verbose: bool = False) -> str:
         """Which template a line of symbols fits (the independent evaluator: equality patterns)."""

@@ -16,6 +16,7 @@ import yaml
 from ..errors import ConfigError
 from ..models.encoder import ModelConfig
 from ..tasks import TASKS, make_task, task_config
+from .objectives import OBJECTIVES, ramp
 from .schedule import SCHEDULES
 
 DTYPES = ("auto", "fp32", "bf16")
@@ -24,8 +25,8 @@ LOGS = ("text", "tensorboard")
 
 @dataclass
 class TrainConfig:
-    # supervision: the first n_tr steps (LEGO: chain variables; 0: all), or an explicit list of
-    # step indices. Unset: the task's default (LEGO: the paper's 6)
+    # supervision: the first n_tr chain indices (LEGO: chain variables; 0: all), or an explicit list of
+    # chain indices. Unset: the task's default (LEGO: the paper's 6)
     n_tr: int | None = None
     supervise: list[int] | None = None
     # data: a fixed training set of train_size sentences, or 0 for fresh sentences every step;
@@ -79,6 +80,8 @@ class TrainConfig:
     # query's token, for scaffold_steps steps, then linearly to 0 over as many again
     scaffold: float = 0.0
     scaffold_steps: int = 0
+    # further registered objectives (training/objectives.py), name -> constant weight
+    objectives: dict[str, float] | None = None
     # runtime
     device: str = "auto"              # auto | cpu | cuda | cuda:K
     dtype: str = "fp32"               # fp32 | bf16 (autocast, fp32 weights and loss) | auto (bf16 where
@@ -88,18 +91,18 @@ class TrainConfig:
     log: str = "text"                 # text (train.log in the run directory) | tensorboard (also events)
 
     def validate(self, task, model: ModelConfig) -> None:
-        """Against the task's steps and capabilities (``task``: a built task, see tasks.base)."""
+        """Against the task's indices and capabilities (``task``: a built task, see tasks.base)."""
         from ..tasks import supports
 
         def bad(key, why):
             raise ConfigError(f"train.{key}: {why}, got {getattr(self, key)!r}")
 
-        n, steps = task.num_steps, f"the task's {task.num_steps} steps"
+        n, steps = task.num_indices, f"the task's {task.num_indices} indices"
         if not 0 <= self.n_tr <= n:
             bad("n_tr", f"must be between 0 and {n}, {steps}")
         if self.supervise is not None:
             if not self.supervise or any(not isinstance(i, int) or not 0 <= i < n for i in self.supervise):
-                bad("supervise", f"must be a non-empty list of step indices in 0..{n - 1}")
+                bad("supervise", f"must be a non-empty list of chain indices in 0..{n - 1}")
         lengths = supports(task, "with_length")
         for key in ("curriculum_n", "n_min"):
             if getattr(self, key) and not lengths:
@@ -173,6 +176,14 @@ class TrainConfig:
             bad("aux_operand", "must be non-negative (0: off)")
         if self.aux_operand and self.train_size:
             bad("train_size", "operand supervision (aux_operand) draws fresh sentences: set train_size to 0")
+        for name, weight in (self.objectives or {}).items():
+            if name not in OBJECTIVES or OBJECTIVES[name].weight is not None:
+                free = [k for k, o in OBJECTIVES.items() if o.weight is None]
+                own = f"; {name} has its own field: train.{name}" if name in OBJECTIVES else ""
+                bad("objectives", f"{name!r} is not an objective set here (registered without a field of their own: "
+                                  f"{', '.join(free) or 'none'}){own}")
+            if weight < 0:
+                bad("objectives", f"{name}: weights must be non-negative")
         if self.scaffold < 0:
             bad("scaffold", "must be non-negative (0: off)")
         if self.scaffold and self.scaffold_steps < 1:
@@ -200,12 +211,8 @@ class TrainConfig:
             return int(np.random.default_rng([seed, step, 0x1E]).integers(self.n_min, n + 1))
         return n
 
-    def guide_weight(self, step: int) -> float:
-        """The guidance loss's weight at ``step``: guide, then a linear ramp to 0."""
-        return _ramp(self.guide, self.guide_steps, step)
-
     def scaffold_bias(self, step: int) -> float:
-        return _ramp(self.scaffold, self.scaffold_steps, step)
+        return ramp(self.scaffold, self.scaffold_steps, step)
 
     def steps_per_epoch(self) -> int:
         """Steps of one pass over the fixed training set; fresh data: eval_every."""
@@ -214,17 +221,10 @@ class TrainConfig:
     def total_steps(self) -> int:
         return self.steps or self.epochs * self.steps_per_epoch()
 
-    def supervised_steps(self, n: int) -> list[int]:
+    def supervised_indices(self, n: int) -> list[int]:
         if self.supervise is not None:
             return sorted(set(self.supervise))
         return list(range(self.n_tr or n))
-
-
-def _ramp(value: float, steps: int, step: int) -> float:
-    """``value`` for ``steps`` steps, then linearly to 0 over as many again."""
-    if not value or step >= 2 * steps:
-        return 0.0
-    return value * min(1.0, 2.0 - step / steps)
 
 
 def validate_name_and_seed(name: str, seed: int) -> None:
@@ -287,6 +287,13 @@ def _coerce(value, tp, key: str):
         if value is None or (isinstance(value, str) and value.lower() in ("null", "none")):
             return None
         return _coerce(value, args[0], key)
+    if origin is dict:
+        if isinstance(value, str):
+            value = yaml.safe_load(value)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping such as {{name: 0.5}}, got {value!r}")
+        kt, vt = typing.get_args(tp)
+        return {_coerce(k, kt, key): _coerce(v, vt, f"{key}.{k}") for k, v in value.items()}
     if origin is list:
         if isinstance(value, str):
             value = yaml.safe_load(value)

@@ -19,21 +19,21 @@ class TensorBatch:
     tokens: torch.Tensor     # (B, T) int32
     positions: torch.Tensor  # (B, P) int64
     targets: torch.Tensor    # (B, P) int64
-    steps: torch.Tensor      # (B, P) int64, -1 at padding
+    index: torch.Tensor      # (B, P) int64, -1 at padding
 
     @staticmethod
     def from_batch(b: Batch, device="cpu") -> TensorBatch:
         return TensorBatch(torch.from_numpy(b.tokens).to(device),
-                           *(torch.from_numpy(a.astype(np.int64)).to(device) for a in (b.positions, b.targets, b.steps)))
+                           *(torch.from_numpy(a.astype(np.int64)).to(device) for a in (b.positions, b.targets, b.index)))
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def __getitem__(self, idx) -> TensorBatch:
-        return TensorBatch(self.tokens[idx], self.positions[idx], self.targets[idx], self.steps[idx])
+        return TensorBatch(self.tokens[idx], self.positions[idx], self.targets[idx], self.index[idx])
 
     def to(self, device) -> TensorBatch:
-        return TensorBatch(*(t.to(device, non_blocking=True) for t in (self.tokens, self.positions, self.targets, self.steps)))
+        return TensorBatch(*(t.to(device, non_blocking=True) for t in (self.tokens, self.positions, self.targets, self.index)))
 
     def key_padding(self, pad_id: int = 0) -> torch.Tensor | None:
         """(B, T) True at padding, or None for a batch without any (the common, fast case)."""

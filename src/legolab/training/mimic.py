@@ -26,9 +26,9 @@ from ..models import build_model
 from ..tasks import make_task
 from .checkpoint import save_checkpoint
 from .config import RunConfig
+from .objectives.recipe import SMOOTH, association_target, kl_to_target
 from .rundir import RunDir
 from .schedule import lr_factor
-from .step import SMOOTH, association_target, kl_to_target
 
 BAND = (1.0, 2.0, 4.0, 2.0, 1.0)
 

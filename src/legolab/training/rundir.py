@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import LegoError
+from ..io import read_jsonl
 
 
 class RunDir:
@@ -100,3 +101,18 @@ def _lock(lock_path: Path, run: Path) -> int:
         os.close(fd)
         raise LegoError(f"{run} is being trained by another process; wait for it or choose another --name") from None
     return fd
+
+
+# metric names of earlier versions, where "step" also meant a chain index
+RENAMED_METRICS = {"test_acc_per_step": "test_acc_per_index", "test_loss_per_step": "test_loss_per_index"}
+
+
+def migrate_records(records: list[dict]) -> list[dict]:
+    """Metric records with the names of earlier versions replaced by today's."""
+    return [{RENAMED_METRICS.get(k, k): v for k, v in r.items()} for r in records]
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    """A run's ``metrics.jsonl`` (``path``: the file or its run directory), in today's names."""
+    path = Path(path)
+    return migrate_records(read_jsonl(path / "metrics.jsonl" if path.is_dir() else path))

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import LegoError
-from ..io import read_jsonl
 from ..models import build_model
 from ..tasks import make_task
 from .checkpoint import load_model_weights, model_weights, read_checkpoint
 from .config import RunConfig, load_config
+from .rundir import read_metrics
 
 
 def run_config(run_dir: str | Path) -> RunConfig:
@@ -36,14 +36,14 @@ def load_run(run_dir: str | Path, checkpoint: str = "best", device="cpu"):
 def run_metrics(run_dir: str | Path) -> list[dict]:
     run_dir = Path(run_dir)
     run_config(run_dir)
-    return read_jsonl(run_dir / "metrics.jsonl")
+    return read_metrics(run_dir / "metrics.jsonl")
 
 
 def run_curves(run_dir: str | Path) -> tuple[str, set[int], list[dict]]:
-    """(name, supervised steps, evaluation records) of a run: what ``plots.plot_runs`` draws."""
+    """(name, supervised indices, evaluation records) of a run: what ``plots.plot_runs`` draws."""
     cfg, records = run_config(run_dir), run_metrics(run_dir)
-    n = len(records[0]["test_acc_per_step"]) if records else 0
-    return Path(run_dir).name, set(cfg.train.supervised_steps(n)), records
+    n = len(records[0]["test_acc_per_index"]) if records else 0
+    return Path(run_dir).name, set(cfg.train.supervised_indices(n)), records
 
 
 def load_source(source: str, checkpoint: str = "last", task: dict | None = None, seed: int = 0):

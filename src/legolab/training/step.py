@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from ..models.attention import ActivationCache
+from .objectives import OBJECTIVES, StepContext, supervised_loss
 
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas=(0.9, 0.999), eps: float = 1e-8,
@@ -45,43 +47,36 @@ def resolve_dtype(name: str, device: torch.device) -> tuple[torch.dtype | None, 
     return None, None
 
 
-def supervised_loss(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, normaliser) -> torch.Tensor:
-    """Cross-entropy summed over supervised read-outs, divided by ``normaliser``."""
-    per = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
-    return (per * mask.flatten()).sum() / normaliser
-
-
 def make_train_step(model: nn.Module, opt: torch.optim.Optimizer, compile: bool = False, autocast_dtype=None):
-    """Returns step(tokens, positions, targets, mask, depth, clip, normaliser=None) -> (loss, logits).
+    """Returns step(tokens, positions, targets, mask, depth, clip, normaliser=None, ...) -> (loss, logits).
 
-    ``mask`` (B, P) marks supervised read-outs; the loss is their summed cross-entropy divided by
-    ``normaliser`` (default: their count), so data-parallel ranks can share one global count.
-    ``guide`` > 0 adds that multiple of the association-guidance loss (``guidance_loss``).
+    ``mask`` (B, P) weighs the read-outs (0: unsupervised); the loss is their summed cross-entropy
+    divided by ``normaliser`` (default: the mask's sum), so data-parallel ranks can share one
+    global count, plus the term of each objective in ``objectives`` (name -> weight at this step,
+    see ``objectives.py``). ``scaffold``: the association scaffold's bias at this step.
     """
     forward = torch.compile(model, dynamic=False) if compile else model
     base = getattr(model, "module", model)  # under DDP, the encoder itself
     device_type = next(model.parameters()).device.type
 
     def step(tokens, positions, targets, mask, depth=None, clip: float = 0.0, normaliser=None, key_padding=None,
-             guide: float = 0.0, scaffold: float = 0.0, deep: float = 0.0):
+             objectives: dict[str, float] | None = None, scaffold: float = 0.0):
         norm = mask.sum().clamp(min=1) if normaliser is None else normaliser
+        active = [(OBJECTIVES[name], w) for name, w in (objectives or {}).items() if w]
+        terms = []
         with torch.autocast(device_type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            if guide or deep or scaffold:  # eager: a compiled graph would be rebuilt for every ramp value
-                from ..models.attention import ActivationCache
-
-                names = [SCORES] * bool(guide) + [RESIDUALS] * bool(deep)
-                cache = ActivationCache(names) if names else None
+            if active or scaffold:  # eager: a compiled graph would be rebuilt for every ramp value
+                hooks = [h for o, _ in active for h in o.hooks]
+                cache = ActivationCache(hooks) if hooks else None
                 logits = model(tokens, positions, depth=depth, key_padding=key_padding, cache=cache, scaffold=scaffold)
+                ctx = StepContext(base, tokens, positions, targets, mask, norm, logits, cache if cache is not None else {})
+                terms = [o.loss(ctx, w) for o, w in active]
             else:
                 logits = forward(tokens, positions, depth=depth, key_padding=key_padding)
-            if deep:  # the same classifier read after every earlier block
-                hidden = [v for k, v in cache.items() if k.endswith("hook_resid_post")][:-1]
-                early = [base.readout(h, positions) for h in hidden]
         loss = supervised_loss(logits.float(), targets, mask, norm)
-        if deep and early:
-            loss = loss + deep / len(early) * sum(supervised_loss(e.float(), targets, mask, norm) for e in early)
-        if guide:
-            loss = loss + guide * guidance_loss(cache, tokens)
+        for term in terms:
+            if term is not None:
+                loss = loss + term
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if clip:
@@ -91,34 +86,3 @@ def make_train_step(model: nn.Module, opt: torch.optim.Optimizer, compile: bool 
 
     return step
 
-
-SCORES = "blocks.*.attn.hook_attn_scores"
-RESIDUALS = "blocks.*.hook_resid_post"
-SMOOTH = 1e-3
-
-
-def association_target(tokens: torch.Tensor) -> torch.Tensor:
-    """(B, T, T): each position's attention spread evenly over the other positions holding its
-    token (the paper's association map), smoothed by 1e-3 so that a unique token's row is uniform."""
-    from ..models.attention import same_token_mask
-
-    t = same_token_mask(tokens).float() + SMOOTH
-    return t / t.sum(-1, keepdim=True)
-
-
-def kl_to_target(pattern: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Mean over rows and sentences of KL(p || target), p smoothed like the target."""
-    p = pattern.float() + SMOOTH
-    p = p / p.sum(-1, keepdim=True)
-    return (p * (p.log() - target.log())).sum(-1).mean()
-
-
-def guidance_loss(cache: dict, tokens: torch.Tensor, head: int = 0) -> torch.Tensor:
-    """Sum over layers of KL(head ``head``'s attention || association target): the mimicking
-    objective (section 4.2.2) used as an auxiliary loss while the task is learned. It reads the
-    head's *learned* scores (``hook_attn_scores``, before the scaffold's bias), so that the head's
-    own queries and keys learn the association the scaffold provides, and keep it once the
-    scaffold is gone (docs/cpu_recipe.md)."""
-    target = association_target(tokens)
-    scores = [v for k, v in cache.items() if k.endswith("attn.hook_attn_scores")]
-    return sum(kl_to_target(s[:, head].float().softmax(-1), target) for s in scores)

@@ -28,13 +28,14 @@ import numpy as np
 import torch
 
 from ..errors import Interrupted, LegoError
-from ..io import read_jsonl, write_jsonl, write_text
+from ..io import write_jsonl, write_text
 from ..models import Encoder, build_model
 from .checkpoint import load_model_weights, model_weights, read_checkpoint, restore_training_state, save_checkpoint
 from .config import RunConfig, config_from_dict, diff_configs, load_config
 from .data import TensorBatch, epoch_permutation, sample_depth
 from .evaluate import evaluate
-from .rundir import RunDir, _refuse_existing
+from .objectives import objective_weights
+from .rundir import RunDir, _refuse_existing, migrate_records, read_metrics
 from .schedule import lr_factor
 from .step import make_optimizer, make_train_step, resolve_dtype
 
@@ -156,7 +157,7 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
         raise LegoError(f"train.batch_size: {tc.batch_size} is not divisible by the {dist.world} processes")
 
     task = cfg.make_task()
-    n = task.num_steps
+    n = task.num_indices
     check_memory(cfg, task, device)
     model = build_model(cfg.model, task).to(device)
     init_note = initialise(model, tc.init, task) if not resume else "resumed"
@@ -174,13 +175,13 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
     if tc.train_size:
         raw = task.sample("train", range(tc.train_size))
         fixed_held = torch.from_numpy(_rows_in(raw.tokens, held_out))
-        raw.steps[fixed_held.numpy()] = -1
+        raw.index[fixed_held.numpy()] = -1
         fixed = TensorBatch.from_batch(raw, device)
         del raw
     steps_per_epoch, total = tc.steps_per_epoch(), tc.total_steps()
     eval_every = tc.eval_every or steps_per_epoch
     supervised = torch.zeros(n, dtype=torch.bool)
-    supervised[tc.supervised_steps(n)] = True
+    supervised[tc.supervised_indices(n)] = True
     supervised = supervised.to(device)
     eval_depth = tc.eval_depth or None
     stages = {n: task}
@@ -208,7 +209,7 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
         overlap = meta.get("overlap", 0)
         if "acc_sums" in meta:  # an interrupt between evaluations
             acc_sums += torch.tensor(meta["acc_sums"], device=device)
-        records = meta["records"] if "records" in meta else _records_up_to(run_dir / "metrics.jsonl", step)
+        records = migrate_records(meta["records"]) if "records" in meta else _records_up_to(run_dir / "metrics.jsonl", step)
         if dist.main:  # the checkpoint is the truth: a cut or extended metrics file is repaired
             write_jsonl(rd / "metrics.jsonl", records)
     elif dist.main:
@@ -231,7 +232,7 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, total, tc.warmup, tc.schedule, tc.min_lr), last_epoch=step - 1)
 
     reporter = Reporter(cfg, model, total, supervised.cpu(), init_note, dist.main, progress, step, records, rd,
-                        step_name=task.step_name)
+                        index_name=task.index_name)
     local = tc.batch_size // dist.world
     t0 = time.perf_counter()
     order, order_epoch = None, -1
@@ -253,18 +254,18 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
                 mine = idx[dist.rank * local:(dist.rank + 1) * local]
                 batch = fixed[mine]
                 held = fixed_held[mine.cpu()]
-                global_steps = fixed.steps[idx]
+                global_index = fixed.index[idx]
             else:
                 lo = step * tc.batch_size
                 source = stage_task(tc.chain_length(step, n, cfg.seed))
                 raw = source.sample("train", range(lo + dist.rank * local, lo + (dist.rank + 1) * local))
                 held = torch.from_numpy(_rows_in(raw.tokens, held_out))
                 if held.any():
-                    raw.steps[held.numpy()] = -1
+                    raw.index[held.numpy()] = -1
                 batch = TensorBatch.from_batch(raw)
-                global_steps = None
+                global_index = None
             batch = batch.to(device)
-            mask = (batch.steps >= 0) & supervised[batch.steps.clamp(min=0)]
+            mask = (batch.index >= 0) & supervised[batch.index.clamp(min=0)]
             aux = None
             if tc.aux_operand:  # extra read-outs after the task's own; weights instead of a boolean mask
                 aux = [torch.from_numpy(a).to(device) for a in source.operand_readouts(raw)]
@@ -272,7 +273,7 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
                     aux[2][held.to(device)] = -1
                 aux_mask = (aux[2] >= 0) & supervised[aux[2].clamp(min=0)]
             if dist.world > 1:  # every rank divides by the global count; DDP averages, so scale by world
-                total_count = _global_count(global_steps, supervised) if global_steps is not None else _all_count(mask, dist)
+                total_count = _global_count(global_index, supervised) if global_index is not None else _all_count(mask, dist)
                 count = total_count / dist.world
             else:
                 count = None
@@ -285,7 +286,7 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
                 count = mask.sum().clamp(min=1) if count is None else count
             loss, logits = train_step(batch.tokens, positions, targets, weights, depth=depth, clip=tc.clip,
                                       normaliser=count, key_padding=batch.key_padding(),
-                                      guide=tc.guide_weight(step), scaffold=tc.scaffold_bias(step), deep=tc.deep)
+                                      objectives=objective_weights(tc, step), scaffold=tc.scaffold_bias(step))
             if aux is not None:
                 logits = logits[:, :P]
             sched.step()
@@ -320,7 +321,7 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
                     "valid_acc_supervised": _supervised_mean(valid_result, supervised),
                     "test_acc": result["acc"], "test_loss": result["loss"],
                     "test_acc_supervised": _supervised_mean(result, supervised),
-                    "test_acc_per_step": result["acc_per_step"], "test_loss_per_step": result["loss_per_step"],
+                    "test_acc_per_index": result["acc_per_index"], "test_loss_per_index": result["loss_per_index"],
                 }
                 records.append(record)
                 is_best = best is None or record["valid_acc_supervised"] > best
@@ -353,7 +354,7 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
 
 
 def _supervised_mean(result: dict, supervised: torch.Tensor):
-    return _mean([a for a, s in zip(result["acc_per_step"], supervised.tolist()) if s])
+    return _mean([a for a, s in zip(result["acc_per_index"], supervised.tolist()) if s])
 
 
 def _rows_in(tokens: np.ndarray, rows: set) -> np.ndarray:
@@ -363,7 +364,7 @@ def _rows_in(tokens: np.ndarray, rows: set) -> np.ndarray:
 
 def _records_up_to(path: Path, step: int) -> list[dict]:
     """Metric records of a checkpoint that predates records in checkpoints."""
-    return [r for r in read_jsonl(path) if r.get("step", 0) <= step]
+    return [r for r in read_metrics(path) if r.get("step", 0) <= step]
 
 
 def _check_same_config(cfg: RunConfig, saved: dict | None, ckpt: Path) -> None:
@@ -443,8 +444,8 @@ class _Signals:
             signal.signal(s, old)
 
 
-def _global_count(global_steps: torch.Tensor, supervised: torch.Tensor) -> torch.Tensor:
-    s = global_steps.to(supervised.device)
+def _global_count(global_index: torch.Tensor, supervised: torch.Tensor) -> torch.Tensor:
+    s = global_index.to(supervised.device)
     return ((s >= 0) & supervised[s.clamp(min=0)]).sum().clamp(min=1).float()
 
 
@@ -464,10 +465,10 @@ class Reporter:
     """A progress bar with the live per-variable test accuracy (a line per evaluation when the
     output is not a terminal), and a table at the end. Silent on ranks other than 0."""
 
-    def __init__(self, cfg, model, total, supervised, init_note, main, progress, step, records, rd=None, step_name="step"):
+    def __init__(self, cfg, model, total, supervised, init_note, main, progress, step, records, rd=None, index_name="step"):
         from rich.console import Console
 
-        self.cfg, self.total, self.supervised, self.rd, self.step_name = cfg, total, supervised, rd, step_name
+        self.cfg, self.total, self.supervised, self.rd, self.index_name = cfg, total, supervised, rd, index_name
         self.console = Console(stderr=True)
         self.main = main
         self.live = main and (progress if progress is not None else self.console.is_terminal)
@@ -492,7 +493,7 @@ class Reporter:
             self.progress = Progress(TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
                                      TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[acc]}"),
                                      console=self.console, transient=False)
-            last = records[-1]["test_acc_per_step"] if records else None
+            last = records[-1]["test_acc_per_index"] if records else None
             self.task = self.progress.add_task("train", total=total, completed=step, acc=self._acc_text(last))
             self.progress.start()
 
@@ -502,7 +503,7 @@ class Reporter:
 
     def _acc_text(self, accs) -> str:
         if not accs:
-            return f"test acc per {self.step_name}: -"
+            return f"test acc per {self.index_name}: -"
         cells = []
         for i, a in enumerate(accs):
             if a is None:
@@ -519,20 +520,20 @@ class Reporter:
     def on_eval(self, r: dict) -> None:
         if not self.main:
             return
-        accs = " ".join("  -" if a is None else f"{round(100 * a):3d}" for a in r["test_acc_per_step"])
+        accs = " ".join("  -" if a is None else f"{round(100 * a):3d}" for a in r["test_acc_per_index"])
         line = (f"step {r['step']:>7d}  epoch {r['epoch']:7.2f}  {r['time']:7.1f}s  train_acc {r['train_acc']:.3f}  "
-                f"valid_acc {r['valid_acc']:.3f}  test_acc {r['test_acc']:.3f}  per {self.step_name} % {accs}")
+                f"valid_acc {r['valid_acc']:.3f}  test_acc {r['test_acc']:.3f}  per {self.index_name} % {accs}")
         self._log(line)
         if self.tensorboard is not None:
             w, step = self.tensorboard, r["step"]
             for key in ("train_loss", "train_acc", "valid_acc", "test_acc", "test_loss", "lr"):
                 w.add_scalar(key, r[key], step)
-            for i, a in enumerate(r["test_acc_per_step"]):
+            for i, a in enumerate(r["test_acc_per_index"]):
                 if a is not None:
-                    w.add_scalar(f"test_acc_per_{self.step_name}/{i}", a, step)
+                    w.add_scalar(f"test_acc_per_{self.index_name}/{i}", a, step)
             w.flush()
         if self.progress is not None:
-            self.progress.update(self.task, acc=self._acc_text(r["test_acc_per_step"]))
+            self.progress.update(self.task, acc=self._acc_text(r["test_acc_per_index"]))
         else:
             print(line, file=sys.stderr, flush=True)
 
@@ -554,20 +555,20 @@ class Reporter:
 
         last = records[-1]
         best = max(records, key=lambda r: r.get("valid_acc_supervised") or 0)
-        t = Table(title=f"{self.cfg.name}: test accuracy per {self.step_name} "
+        t = Table(title=f"{self.cfg.name}: test accuracy per {self.index_name} "
                         f"(step {last['step']:,}, {last['time']:.0f} s training)")
-        t.add_column(self.step_name)
+        t.add_column(self.index_name)
         t.add_column("supervised")
         t.add_column("final acc", justify="right")
         t.add_column("final loss", justify="right")
         t.add_column(f"at best valid (step {best['step']:,})", justify="right")
-        for i, (a, l, b) in enumerate(zip(last["test_acc_per_step"], last["test_loss_per_step"], best["test_acc_per_step"])):
+        for i, (a, l, b) in enumerate(zip(last["test_acc_per_index"], last["test_loss_per_index"], best["test_acc_per_index"])):
             if a is None:
                 continue
             t.add_row(f"#{i}", "yes" if self.supervised[i] else "", f"{a:.3f}", f"{l:.3f}", f"{b:.3f}")
         self.console.print(t)
-        self._log(f"finished at step {last['step']:,}: test accuracy per {self.step_name} "
-                  + " ".join(f"#{i} {a:.3f}" for i, a in enumerate(last["test_acc_per_step"]) if a is not None)
+        self._log(f"finished at step {last['step']:,}: test accuracy per {self.index_name} "
+                  + " ".join(f"#{i} {a:.3f}" for i, a in enumerate(last["test_acc_per_index"]) if a is not None)
                   + f"; best validation at step {best['step']:,}")
 
 
