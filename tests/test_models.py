@@ -127,3 +127,17 @@ def test_hooks_observe_without_changing_the_computed_path():
     logits, cache = m.run_with_cache(x, ["blocks.2.attn.hook_pattern"], positions=pos)
     assert cache["blocks.2.attn.hook_pattern"].shape[-2] == x.shape[1]
     assert torch.allclose(logits, plain, atol=1e-6)
+
+
+def test_embed_std_sets_only_the_embedding_scale():
+    """model.embed_std: N(0, embed_std) token and position tables; every other weight is the
+    default initialisation's, draw for draw."""
+    torch.manual_seed(0)
+    plain = TokenClassifier(ModelConfig(n_layers=2, d_model=64, n_heads=4), 300, 2)
+    torch.manual_seed(0)
+    wide = TokenClassifier(ModelConfig(n_layers=2, d_model=64, n_heads=4, embed_std=1.0), 300, 2)
+    for (name, a), (_, b) in zip(plain.named_parameters(), wide.named_parameters()):
+        if name.endswith(("embed.tok.weight", "embed.pos.weight")):
+            assert 0.9 < b.std().item() < 1.1 and a.std().item() < 0.03, name
+        else:
+            assert torch.equal(a, b), name

@@ -48,6 +48,9 @@ class ModelConfig:
     attn_dropout: float = 0.0
     ln_eps: float = 1e-12
     init_std: float = 0.02             # N(0, init_std) weights (BERT: 0.02)
+    embed_std: float = 0.0             # N(0, embed_std) token and position embeddings; 0: init_std.
+                                       # Seed 004's model keeps torch's N(0, 1): symbols it never
+                                       # trains on then look like the ones it did (docs/tasks.md)
     residual_init: float = 1.0         # init std of the maps that write into the residual stream
                                        # (attention output, FFN down), as a multiple of init_std;
                                        # 0 starts every block as the identity
@@ -89,6 +92,7 @@ class ModelConfig:
             need(0.0 <= getattr(self, key) < 1.0, key, "must be in [0, 1)")
         need(self.ln_eps > 0, "ln_eps", "must be positive")
         need(self.init_std > 0, "init_std", "must be positive")
+        need(self.embed_std >= 0, "embed_std", "must be non-negative (0: init_std)")
         need(self.residual_init >= 0, "residual_init", "must be non-negative")
         need(self.conv == 0 or (self.conv > 0 and self.conv % 2 == 1), "conv", "must be 0 (off) or a positive odd kernel width")
         need(self.lego_kernel >= 1 and self.lego_kernel % 2 == 1, "lego_kernel", "must be a positive odd integer")
@@ -217,6 +221,9 @@ class Encoder(nn.Module):
         self.apply(lambda m: _init_weights(m, cfg.init_std))
         for block in self.blocks:
             block.initialise(cfg)
+        if cfg.embed_std:
+            for table in (self.embed.tok, self.embed.pos):
+                table.weight.normal_(0, cfg.embed_std)
 
     @property
     def tied(self) -> bool:
