@@ -538,7 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("reproduce", help="run and draw one of the paper's figures (reuses and resumes runs)")
     s.add_argument("figure", help="all, fig3 fig4 fig5 fig6 fig7 fig9 fig10 fig11 fig12 fig15 fig16 fig17 fig18 "
-                                  "lego-attention templates")
+                                  "lego-attention templates listops")
     s.add_argument("options", nargs="*", metavar="[key=value ...]",
                    help="overrides for every run of the figure (e.g. a shrunk model for a smoke test)")
     s.add_argument("--scale", choices=["cpu", "paper"], default="cpu")

@@ -158,3 +158,24 @@ def plot_error_vs_samples(panels: dict[str, dict[str, dict]], out: str | Path) -
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     return _save(fig, out)
+
+
+def plot_operator_accuracy(summary: dict[str, dict[str, dict]], out: str | Path) -> Path:
+    """Grouped bars: accuracy per operator of the models trained on it alone and jointly, with
+    min-max over seeds. ``summary``: "alone" | "joint" -> operator -> {"mean", "min", "max"}."""
+    plt = _pyplot()
+    ops = list(dict.fromkeys(op for kind in summary.values() for op in kind))
+    fig, ax = plt.subplots(figsize=(4.8, 3.2))
+    for k, (kind, label) in enumerate((("alone", "trained alone"), ("joint", "trained jointly"))):
+        rows = summary.get(kind, {})
+        xs = [i + 0.38 * (k - 0.5) for i, op in enumerate(ops) if op in rows]
+        s = [rows[op] for op in ops if op in rows]
+        ax.bar(xs, [r["mean"] for r in s], width=0.36, label=label,
+               yerr=[[r["mean"] - r["min"] for r in s], [r["max"] - r["mean"] for r in s]], capsize=3)
+    ax.axhline(0.1, color="gray", lw=0.8, ls="--", label="chance")
+    ax.set_xticks(range(len(ops)), ops)
+    ax.set_ylabel("test accuracy")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    return _save(fig, out)

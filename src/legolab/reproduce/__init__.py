@@ -60,7 +60,7 @@ def reproduce(fig: str, scale: str = "cpu", seeds: int = 3, runs_root: str = "ru
                 pass  # the figure's own report says why
         train_runs(every, Path(runs_root), log, jobs, threads, train)
         for name in ORDER:
-            if name == "templates" and scale != "cpu":
+            if name in ("templates", "listops") and scale != "cpu":
                 continue
             try:
                 _one(name, **kwargs)
@@ -100,7 +100,7 @@ def _one(fig, scale, seeds, runs_root, out_root, pretrained, log, threads, mimic
         note = "; ".join(x for x in (note, f"every run also took `{' '.join(overrides)}`") if x)
     claim = figure.claim if figure else ANALYSIS_CLAIMS[fig]
     path = write_report(out, fig, scale, TITLES[fig], claim, verdicts, body, note, command, started, data, train_time,
-                        lego_runs=fig not in ("fig9", "fig10", "templates"))
+                        lego_runs=fig not in ("fig9", "fig10", "templates", "listops"))
     write_index(Path(out_root), scale, ORDER, TITLES)
     return path
 
