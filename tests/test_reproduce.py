@@ -7,7 +7,7 @@ from conftest import TINY
 from legolab.cli import main
 from legolab.io import read_jsonl
 from legolab.reproduce import figures
-from legolab.reproduce.figures import FAILS, HOLDS, UNTESTABLE
+from legolab.reproduce.figures import FAILS, HOLDS, UNTESTABLE, better
 
 VERDICTS = (HOLDS, FAILS, UNTESTABLE)
 
@@ -249,3 +249,12 @@ def test_probe_figure_reads_fig3s_runs_and_judges_the_flow(tmp_path, monkeypatch
     assert len(probe["accuracy"]) == 3 and len(probe["accuracy"][0]) == 12  # embeddings + 2 layers, 12 steps
     verdicts = json.loads((report / "summary.json").read_text())["verdicts"]
     assert len(verdicts) == 1 and verdicts[0][1] in VERDICTS
+
+
+def test_better_says_why_a_model_that_does_not_fit_its_training_variables_cannot_be_judged():
+    def summary(acc):
+        return {"mean": acc, "supervised": [0, 1, 2]}
+    fits, fails = summary([1.0, 1.0, 1.0, 0.9, 0.5]), summary([1.0, 0.2, 0.3, 0.2, 0.2])
+    verdict = better({"a": fails, "b": fits}, "a", "b")
+    assert verdict[1] == UNTESTABLE and "the lowest of #0..#2: 20%; b's: 100%" in verdict[2]
+    assert better({"a": fits, "b": fails}, "a", "b")[1] == HOLDS

@@ -122,9 +122,11 @@ def better(S: Summary, a: str, b: str, idx=None, part: str = "") -> Verdict:
         return part, UNTESTABLE, why
     sa, sb = S[a], S[b]
     idx = list(idx if idx is not None else unsupervised(sa))
-    if not learned(sa):
-        return part, UNTESTABLE, f"{a} did not learn its supervised variables ({_idx(sa['supervised'])} at " \
-                                 f"{pct(min(sa['mean'][i] for i in sa['supervised']))} or less), so it cannot extrapolate"
+    if not learned(sa):  # extrapolation is a claim about models that fit their training variables
+        sup = list(sa["supervised"])
+        low_a, low_b = (pct(min(s["mean"][i] for i in sup)) for s in (sa, sb))
+        return part, UNTESTABLE, f"{a} did not learn its supervised variables (the lowest of {_idx(sup)}: " \
+                                 f"{low_a}; {b}'s: {low_b}), so it cannot extrapolate"
     da, db = mean_at(sa, idx), mean_at(sb, idx)
     evidence = f"mean accuracy on {_idx(idx)}: {a} {pct(da)}, {b} {pct(db)}"
     return part, HOLDS if da - db >= MARGIN else FAILS, evidence
