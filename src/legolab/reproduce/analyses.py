@@ -286,8 +286,9 @@ def listops(scale, root, out, log, pretrained, seeds=3, jobs=1, threads=0, train
             data = TensorBatch.from_batch(task.sample("test", range(LISTOPS_TEST)))
             with torch.no_grad():
                 r = evaluate(model, data, task.num_indices)
-            scored = data.targets[data.index >= 0]
-            majority.setdefault(op, float(torch.bincount(scored).max() / len(scored)))
+            if op not in majority:  # the same expressions for every model: count once
+                scored = data.targets[data.index >= 0]
+                majority[op] = float(torch.bincount(scored).max() / len(scored))
             acc.setdefault("joint" if "+" in mix else "alone", {}).setdefault(op, []).append(r["acc"])
     summary = {kind: {op: {"mean": statistics.fmean(v), "min": min(v), "max": max(v), "seeds": len(v)}
                       for op, v in ops.items()} for kind, ops in acc.items()}
