@@ -110,6 +110,15 @@ def test_sigterm_saves_the_current_step_and_resume_equals_an_uninterrupted_run(t
     assert strip_time(resumed) == strip_time(full)
 
 
+def test_an_interrupted_run_reaches_the_parent_of_a_reproduce_worker_intact():
+    """``reproduce --jobs`` workers send exceptions pickled: an unpicklable one breaks the pool and
+    stops the other runs without a checkpoint."""
+    import pickle
+
+    e = pickle.loads(pickle.dumps(Interrupted(signal.SIGTERM, "runs/x: stopped at step 30")))
+    assert isinstance(e, Interrupted) and e.signum == signal.SIGTERM and str(e) == "runs/x: stopped at step 30"
+
+
 @pytest.mark.slow
 def test_sigint_from_outside_exits_130_with_the_resume_command(tiny_config, tmp_path):
     path = tiny_config(train={"steps": 100000, "eval_every": 50})

@@ -80,6 +80,60 @@ def test_a_failed_run_is_named_in_the_report_and_the_others_finish(tmp_path, mon
     assert "runs missing: albert" in text and "| bert-thin | 1 |" in text
 
 
+def test_an_interrupted_run_stops_the_whole_reproduce_with_one_line(tmp_path, monkeypatch, capsys):
+    import signal
+
+    import legolab.reproduce.runs as runs
+    from legolab.errors import Interrupted
+
+    write_configs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    tried = []
+
+    def interrupted(run, root, log):
+        tried.append(run.name)
+        raise Interrupted(signal.SIGINT, f"runs/{run.name}: stopped at step 7 of 20 (SIGINT), checkpoint saved; "
+                          f"continue with: legolab train --resume runs/{run.name}")
+
+    monkeypatch.setattr(runs, "ensure_run", interrupted)
+    assert main(["reproduce", "fig17", "--seeds", "1"]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(tried) == 1  # Ctrl-C does not skip to the next run
+    assert err[-1] == (f"legolab: reproduce stopped (SIGINT); runs/{tried[0]}: stopped at step 7 of 20 (SIGINT). "
+                       "The same reproduce command continues where each run stopped")
+    assert not (tmp_path / "reports").exists()
+
+
+@pytest.mark.slow
+def test_sigterm_to_reproduce_with_jobs_checkpoints_every_worker_and_starts_no_queued_run(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    write_configs(tmp_path)
+    for f in (tmp_path / "configs" / "cpu").iterdir():
+        data = yaml.safe_load(f.read_text())
+        data["train"].update(steps=100_000, eval_every=50_000)
+        f.write_text(yaml.safe_dump(data))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "legolab", "reproduce", "fig11", "--seeds", "1", "--jobs", "2"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 120
+    while len(list((tmp_path / "runs").glob("*/metrics.jsonl"))) < 2 and time.time() < deadline:
+        time.sleep(0.5)  # both workers have evaluated step 0: both are training
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("legolab: reproduce stopped (SIGTERM); runs/cpu-") and "not started" in last, last
+    assert "Traceback" not in err and "BrokenProcessPool" not in err
+    started = [d for d in (tmp_path / "runs").iterdir() if (d / "checkpoints" / "last.safetensors").is_file()]
+    assert len(started) == 2  # each worker saved its step; the two queued runs never began
+    assert len(list((tmp_path / "runs").iterdir())) == 2
+
+
 @pytest.mark.slow
 def test_reproduce_all_trains_the_set_then_writes_every_report_and_the_index(tmp_path, monkeypatch):
     import legolab.reproduce as reproduce

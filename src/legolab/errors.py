@@ -19,3 +19,6 @@ class Interrupted(Exception):
     def __init__(self, signum: int, message: str):
         super().__init__(message)
         self.signum = signum
+
+    def __reduce__(self):  # a worker of `reproduce --jobs` sends it to its parent pickled
+        return type(self), (self.signum, str(self))

@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import LegoError
+from ..errors import Interrupted, LegoError
 from ..io import read_jsonl
 from ..training.rundir import read_metrics
 from .figures import STEMS, catalogue
@@ -161,10 +161,46 @@ def one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}" if not isinstance(e, LegoError) else (text[0] if text else "")
 
 
+_stopped_by: int | None = None  # in a worker: the signal that stopped it; later runs are refused
+_busy = False                    # in a worker: a run is under way (outside the trainer's own handler)
+
+
+def _worker_start() -> None:
+    """A signal between runs must not kill the worker (that breaks the pool and the other runs)."""
+    import signal
+
+    def stop(signum, frame):
+        global _stopped_by
+        _stopped_by = signum
+        if _busy:  # e.g. in a mimicking stage: it restarts from scratch when resumed
+            raise Interrupted(signum, "stopped before training")
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, stop)
+
+
 def _worker(run: Run, runs_root: str) -> str:
     import sys
 
-    return str(ensure_run(run, Path(runs_root), lambda m: print(m, file=sys.stderr, flush=True)))
+    global _stopped_by, _busy
+    if _stopped_by is not None:
+        raise Interrupted(_stopped_by, f"{run.name}: not started")
+    _busy = True
+    try:
+        return str(ensure_run(run, Path(runs_root), lambda m: print(m, file=sys.stderr, flush=True)))
+    except Interrupted as e:
+        _stopped_by = e.signum
+        raise Interrupted(e.signum, f"{run.name}: {e}" if str(e) == "stopped before training" else str(e)) from None
+    finally:
+        _busy = False
+
+
+def _stop_message(signum: int, stopped: list[str]) -> str:
+    import signal
+
+    return (f"reproduce stopped ({signal.Signals(signum).name}); " + "; ".join(stopped[:4])
+            + (f"; {len(stopped) - 4} more" if len(stopped) > 4 else "")
+            + ". The same reproduce command continues where each run stopped")
 
 
 def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: int = 0,
@@ -188,6 +224,8 @@ def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: in
         for r in unique:
             try:
                 results[r.name] = ensure_run(r, runs_root, log)
+            except Interrupted as e:  # a signal stops the whole reproduce, not just this run
+                raise Interrupted(e.signum, _stop_message(e.signum, [str(e).split(", checkpoint saved")[0]])) from None
             except (KeyboardInterrupt, SystemExit):
                 raise
             except Exception as e:  # one failed run must not lose the others
@@ -195,14 +233,37 @@ def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: in
                 log(f"{r.name}: {results[r.name]}")
         return results
     import multiprocessing
+    import signal
+    import threading
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {r.name: pool.submit(_worker, r, str(runs_root)) for r in unique}
-        for name, future in futures.items():
-            try:
-                results[name] = Path(future.result())
-            except Exception as e:
-                results[name] = f"failed: {one_line(e)}"
-                log(f"{name}: {results[name]}")
+    caught: list[int] = []
+
+    def stop_workers(signum, frame=None):  # each training worker checkpoints; idle ones start nothing new
+        caught.append(signum)
+        for child in multiprocessing.active_children():
+            os.kill(child.pid, signal.SIGTERM)
+
+    handled = threading.current_thread() is threading.main_thread()
+    old = {s: signal.signal(s, stop_workers) for s in (signal.SIGINT, signal.SIGTERM)} if handled else {}
+    stopped: list[str] = []
+    try:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_worker_start) as pool:
+            futures = {r.name: pool.submit(_worker, r, str(runs_root)) for r in unique}
+            for name, future in futures.items():
+                try:
+                    results[name] = Path(future.result())
+                except Interrupted as e:
+                    stopped.append(str(e).split(", checkpoint saved")[0])
+                    if not caught:  # one worker was signalled: stop the others too
+                        stop_workers(e.signum)
+                except Exception as e:
+                    results[name] = f"failed: {one_line(e)}"
+                    log(f"{name}: {results[name]}")
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    if caught:
+        raise Interrupted(caught[0], _stop_message(caught[0], stopped or ["no run was training"]))
     return results
