@@ -162,7 +162,7 @@ def one_line(e: BaseException) -> str:
 
 
 _stopped_by: int | None = None  # in a worker: the signal that stopped it; later runs are refused
-_busy = False                    # in a worker: a run is under way (outside the trainer's own handler)
+_running: str | None = None      # in a worker: the run under way (the trainer has its own handler)
 
 
 def _worker_start() -> None:
@@ -172,8 +172,8 @@ def _worker_start() -> None:
     def stop(signum, frame):
         global _stopped_by
         _stopped_by = signum
-        if _busy:  # e.g. in a mimicking stage: it restarts from scratch when resumed
-            raise Interrupted(signum, "stopped before training")
+        if _running:  # e.g. in a mimicking stage: it restarts from scratch when resumed
+            raise Interrupted(signum, f"{_running}: stopped before training")
 
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, stop)
@@ -182,24 +182,25 @@ def _worker_start() -> None:
 def _worker(run: Run, runs_root: str) -> str:
     import sys
 
-    global _stopped_by, _busy
+    global _stopped_by, _running
     if _stopped_by is not None:
         raise Interrupted(_stopped_by, f"{run.name}: not started")
-    _busy = True
+    _running = run.name
     try:
         return str(ensure_run(run, Path(runs_root), lambda m: print(m, file=sys.stderr, flush=True)))
     except Interrupted as e:
         _stopped_by = e.signum
-        raise Interrupted(e.signum, f"{run.name}: {e}" if str(e) == "stopped before training" else str(e)) from None
+        raise
     finally:
-        _busy = False
+        _running = None
 
 
-def _stop_message(signum: int, stopped: list[str]) -> str:
+def _stop_message(signum: int, stopped: list[Interrupted]) -> str:
     import signal
 
-    return (f"reproduce stopped ({signal.Signals(signum).name}); " + "; ".join(stopped[:4])
-            + (f"; {len(stopped) - 4} more" if len(stopped) > 4 else "")
+    where = [str(e).split(", checkpoint saved")[0] for e in stopped] or ["no run was training"]
+    return (f"reproduce stopped ({signal.Signals(signum).name}); " + "; ".join(where[:4])
+            + (f"; {len(where) - 4} more" if len(where) > 4 else "")
             + ". The same reproduce command continues where each run stopped")
 
 
@@ -225,7 +226,7 @@ def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: in
             try:
                 results[r.name] = ensure_run(r, runs_root, log)
             except Interrupted as e:  # a signal stops the whole reproduce, not just this run
-                raise Interrupted(e.signum, _stop_message(e.signum, [str(e).split(", checkpoint saved")[0]])) from None
+                raise Interrupted(e.signum, _stop_message(e.signum, [e])) from None
             except (KeyboardInterrupt, SystemExit):
                 raise
             except Exception as e:  # one failed run must not lose the others
@@ -246,7 +247,7 @@ def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: in
 
     handled = threading.current_thread() is threading.main_thread()
     old = {s: signal.signal(s, stop_workers) for s in (signal.SIGINT, signal.SIGTERM)} if handled else {}
-    stopped: list[str] = []
+    stopped: list[Interrupted] = []
     try:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                  initializer=_worker_start) as pool:
@@ -255,7 +256,7 @@ def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: in
                 try:
                     results[name] = Path(future.result())
                 except Interrupted as e:
-                    stopped.append(str(e).split(", checkpoint saved")[0])
+                    stopped.append(e)
                     if not caught:  # one worker was signalled: stop the others too
                         stop_workers(e.signum)
                 except Exception as e:
@@ -265,5 +266,5 @@ def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: in
         for s, handler in old.items():
             signal.signal(s, handler)
     if caught:
-        raise Interrupted(caught[0], _stop_message(caught[0], stopped or ["no run was training"]))
+        raise Interrupted(caught[0], _stop_message(caught[0], stopped))
     return results
