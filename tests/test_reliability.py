@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 import yaml
 
 from legolab.cli import main
@@ -108,6 +109,36 @@ def test_sigterm_saves_the_current_step_and_resume_equals_an_uninterrupted_run(t
     assert read_checkpoint(tmp_path / "stopped" / "checkpoints" / "last.safetensors")[1]["step"] == 30
     resumed = trainer.start_or_resume(None, [], resume_dir=tmp_path / "stopped", progress=False)
     assert strip_time(resumed) == strip_time(full)
+
+
+def test_sigterm_during_mimicking_saves_it_and_the_same_call_continues_to_the_uninterrupted_weights(tiny_config, tmp_path):
+    from legolab.reproduce.runs import _mimic_steps
+    from legolab.training.mimic import PARTIAL, mimic
+
+    cfg = load_config(tiny_config(model={"dropout": 0.1}))
+    settings = dict(steps=20, batch_size=8, lr=1e-2, log_every=5)
+    mimic(cfg, tmp_path / "full", log=lambda m: None, **settings)
+
+    def signal_at_step_10(line):
+        if "step     10/" in line:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(Interrupted, match=r"mimicking stopped at step 10 of 20 \(SIGTERM\), checkpoint saved") as e:
+        mimic(cfg, tmp_path / "stopped", log=signal_at_step_10, **settings)
+    assert e.value.signum == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    stopped = tmp_path / "stopped" / "checkpoints"
+    assert (stopped / PARTIAL).is_file() and not (stopped / "last.safetensors").exists()
+    assert _mimic_steps(tmp_path / "stopped") == 20  # reproduce sees the stage it asked for, not a shorter one
+    with pytest.raises(LegoError, match="interrupted mimicking stage of other settings"):
+        mimic(cfg, tmp_path / "stopped", log=lambda m: None, **{**settings, "lr": 3e-3})
+    lines = []
+    records = mimic(cfg, tmp_path / "stopped", log=lines.append, **settings)
+    assert lines[0].startswith("mimic: continuing") and "from step 10 of 20" in lines[0]
+    assert not (stopped / PARTIAL).exists()
+    assert strip_time(records) == strip_time(read_jsonl(tmp_path / "full" / "mimic.jsonl"))
+    full, resumed = (read_checkpoint(d / "checkpoints" / "last.safetensors")[0] for d in (tmp_path / "full", tmp_path / "stopped"))
+    assert full.keys() == resumed.keys() and all(torch.equal(full[k], resumed[k]) for k in full)
 
 
 def test_an_interrupted_run_reaches_the_parent_of_a_reproduce_worker_intact():

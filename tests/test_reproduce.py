@@ -104,6 +104,31 @@ def test_an_interrupted_run_stops_the_whole_reproduce_with_one_line(tmp_path, mo
     assert not (tmp_path / "reports").exists()
 
 
+def test_a_reproduce_run_stopped_in_its_mimicking_stage_continues_that_stage(tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from legolab.errors import Interrupted
+    from legolab.reproduce.runs import Run, ensure_run
+
+    write_configs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    run = Run("cpu-mimic-bert-s0", "configs/cpu/bert.yaml", ["seed=0"],
+              {"steps": 20, "batch_size": 8, "lr": 1e-2, "residual_init": 0.0, "log_every": 5})
+
+    def signal_at_step_10(line):
+        if "step     10/" in line:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(Interrupted, match="mimicking stopped at step 10 of 20"):
+        ensure_run(run, tmp_path / "runs", signal_at_step_10)
+    lines = []
+    run_dir = ensure_run(run, tmp_path / "runs", lines.append)
+    assert any("continuing" in line and "from step 10 of 20" in line for line in lines), lines
+    assert read_jsonl(run_dir / "metrics.jsonl")[-1]["step"] == 20
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["init"].endswith("cpu-mimic-bert-s0-mimic-init")
+
+
 @pytest.mark.slow
 def test_sigterm_to_reproduce_with_jobs_checkpoints_every_worker_and_starts_no_queued_run(tmp_path):
     import os

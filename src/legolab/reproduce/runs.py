@@ -113,10 +113,21 @@ def check_leftovers(runs: list[Run], runs_root: Path) -> None:
                 raise LegoError(f"{run_dir} holds a run of another config ({'; '.join(changes[:3])}"
                                 f"{f'; {len(changes) - 3} more' if len(changes) > 3 else ''}): move it away, "
                                 "or give reproduce another --runs directory")
-        mimic_log = runs_root / f"{run.name}-mimic-init" / "mimic.jsonl"
-        if run.mimic and mimic_log.is_file() and read_jsonl(mimic_log)[-1]["step"] != run.mimic["steps"]:
-            raise LegoError(f"{mimic_log.parent} holds a mimicking stage of {read_jsonl(mimic_log)[-1]['step']} steps, "
+        held = _mimic_steps(runs_root / f"{run.name}-mimic-init") if run.mimic else None
+        if held is not None and held != run.mimic["steps"]:
+            raise LegoError(f"{runs_root / f'{run.name}-mimic-init'} holds a mimicking stage of {held} steps, "
                             f"not {run.mimic['steps']}: move it away or pass --mimic-steps to match")
+
+
+def _mimic_steps(mimic_dir: Path) -> int | None:
+    """The steps of the mimicking stage in ``mimic_dir`` (complete or interrupted), if any."""
+    from ..training.checkpoint import read_checkpoint
+    from ..training.mimic import PARTIAL
+
+    if (mimic_dir / "checkpoints" / PARTIAL).is_file():
+        return int(read_checkpoint(mimic_dir / "checkpoints" / PARTIAL)[1].get("mimic", {}).get("steps", -1))
+    records = read_jsonl(mimic_dir / "mimic.jsonl") if (mimic_dir / "mimic.jsonl").is_file() else []
+    return records[-1]["step"] if records else None
 
 
 def ensure_run(run: Run, runs_root: Path, log) -> Path:
@@ -132,11 +143,11 @@ def ensure_run(run: Run, runs_root: Path, log) -> Path:
     mimicked = mimic_dir / "checkpoints" / "last.safetensors"
     if run.mimic and not mimicked.is_file():
         from ..training.config import load_config
-        from ..training.mimic import mimic
+        from ..training.mimic import PARTIAL, mimic
 
         if int(os.environ.get("RANK", "0")) == 0:  # under torchrun one process mimics, the others wait
-            if mimic_dir.exists():
-                shutil.rmtree(mimic_dir)
+            if mimic_dir.exists() and not (mimic_dir / "checkpoints" / PARTIAL).is_file():
+                shutil.rmtree(mimic_dir)  # a stage that never checkpointed starts over
             log(f"{run.name}: mimicking stage ({run.mimic['steps']} steps)")
             mimic(load_config(run.config, run.overrides), mimic_dir, log=log, **run.mimic)
         else:
@@ -172,7 +183,7 @@ def _worker_start() -> None:
     def stop(signum, frame):
         global _stopped_by
         _stopped_by = signum
-        if _running:  # e.g. in a mimicking stage: it restarts from scratch when resumed
+        if _running:  # between the stages of a run (each stage handles signals itself)
             raise Interrupted(signum, f"{_running}: stopped before training")
 
     for s in (signal.SIGINT, signal.SIGTERM):

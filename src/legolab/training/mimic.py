@@ -15,16 +15,18 @@ paper's public code. The other heads are free. The result is saved as a run dire
 
 from __future__ import annotations
 
+import json
+import signal
 import time
 from pathlib import Path
 
 import torch
 
-from ..errors import LegoError
-from ..io import write_jsonl, write_text
+from ..errors import Interrupted, LegoError
+from ..io import read_jsonl, write_jsonl, write_text
 from ..models import build_model
 from ..tasks import make_task
-from .checkpoint import save_checkpoint
+from .checkpoint import load_model_weights, model_weights, read_checkpoint, restore_training_state, save_checkpoint
 from .config import RunConfig
 from .objectives.recipe import SMOOTH, association_target, kl_to_target
 from .rundir import RunDir
@@ -61,6 +63,9 @@ def mimic(cfg: RunConfig, out_dir: str | Path, steps: int = 1000, batch_size: in
     then see clean token identities and learn their association heads too, which from BERT's
     initialisation only layer 0 did in our runs (docs/cpu_recipe.md). ``lr`` defaults to Adam at
     1e-2 below 256 wide and 3e-3 from there.
+
+    SIGINT / SIGTERM stop it with ``checkpoints/partial.safetensors`` saved (``Interrupted``); the
+    same call then continues from that step and ends with the weights of an uninterrupted stage.
     """
     import dataclasses
 
@@ -68,11 +73,20 @@ def mimic(cfg: RunConfig, out_dir: str | Path, steps: int = 1000, batch_size: in
     lr = lr or (1e-2 if cfg.model.d_model < 256 else 3e-3)
     if cfg.model.attention != "standard" or cfg.model.n_heads < 2:
         raise LegoError("mimic: needs standard softmax attention with at least 2 heads per layer")
-    rd = RunDir.create(out_dir)  # published only once the initialisation is complete
+    if steps < 1 or batch_size < 1 or not lr > 0:
+        raise LegoError(f"mimic: steps and batch size must be positive and lr a positive number "
+                        f"(got {steps}, {batch_size}, {lr})")
+    settings = {"steps": steps, "batch_size": batch_size, "lr": lr, "config": cfg.to_dict()}
+    partial = Path(out_dir) / "checkpoints" / PARTIAL
+    # a new stage is published only once it is complete or checkpointed by a signal
+    rd = RunDir.resume(out_dir) if partial.is_file() else RunDir.create(out_dir)
     try:
-        records = _mimic(cfg, rd, steps, batch_size, lr, log_every, log)
+        records = _mimic(cfg, rd, settings, log_every, log)
         rd.publish()
         return records
+    except Interrupted:
+        rd.publish()
+        raise
     except BaseException:
         rd.discard()
         raise
@@ -80,35 +94,65 @@ def mimic(cfg: RunConfig, out_dir: str | Path, steps: int = 1000, batch_size: in
         rd.close()
 
 
-def _mimic(cfg: RunConfig, rd: RunDir, steps: int, batch_size: int, lr: float, log_every: int, log) -> list[dict]:
-    if steps < 1 or batch_size < 1 or not lr > 0:
-        raise LegoError(f"mimic: steps and batch size must be positive and lr a positive number "
-                        f"(got {steps}, {batch_size}, {lr})")
+PARTIAL = "partial.safetensors"  # an interrupted stage: model, optimiser, RNG and step
+
+
+def _mimic(cfg: RunConfig, rd: RunDir, settings: dict, log_every: int, log) -> list[dict]:
+    from .trainer import _Signals
+
+    steps, batch_size, lr = settings["steps"], settings["batch_size"], settings["lr"]
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.train.threads or torch.get_num_threads())
     task = make_task(cfg.task.get("name", "lego"), cfg.task_config(), seed=cfg.seed)
     model = build_model(cfg.model, task)
     model.train()
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, 0, "cosine"))  # training/schedule.py
+    done, records = 0, []
+    if (rd / "checkpoints" / PARTIAL).is_file():
+        done, records = _restore(rd, settings, model, opt)
+        log(f"mimic: continuing {rd.path} from step {done:,} of {steps:,}")
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, 0, "cosine"),  # training/schedule.py
+                                              last_epoch=done - 1)
     held_out = torch.from_numpy(task.sample("mimic-test", range(200)).tokens).long()
-    records, t0 = [], time.perf_counter()
-    for step in range(1, steps + 1):
-        tokens = torch.from_numpy(task.sample("mimic", range((step - 1) * batch_size, step * batch_size)).tokens).long()
-        loss = mimic_loss(model, tokens)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        if step % log_every == 0 or step == steps:
-            model.eval()
-            with torch.no_grad():
-                held = float(mimic_loss(model, held_out))
-            model.train()
-            records.append({"step": step, "loss": loss.item(), "held_out_loss": held, "time": time.perf_counter() - t0})
-            log(f"mimic step {step:>6d}/{steps}  loss {loss.item():.4f}  held-out {held:.4f}")
+    t0 = time.perf_counter() - (records[-1]["time"] if records else 0.0)
+    with _Signals() as signals:
+        for step in range(done + 1, steps + 1):
+            tokens = torch.from_numpy(task.sample("mimic", range((step - 1) * batch_size, step * batch_size)).tokens).long()
+            loss = mimic_loss(model, tokens)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            if step % log_every == 0 or step == steps:
+                model.eval()
+                with torch.no_grad():
+                    held = float(mimic_loss(model, held_out))
+                model.train()
+                records.append({"step": step, "loss": loss.item(), "held_out_loss": held, "time": time.perf_counter() - t0})
+                log(f"mimic step {step:>6d}/{steps}  loss {loss.item():.4f}  held-out {held:.4f}")
+            if signals.caught is not None and step < steps:
+                write_text(rd / "config.yaml", cfg.to_yaml())
+                write_jsonl(rd / "mimic.jsonl", records)
+                save_checkpoint(rd / "checkpoints" / PARTIAL, model, {"step": step, "mimic": settings}, optimizer=opt)
+                raise Interrupted(signals.caught, f"{rd.path}: mimicking stopped at step {step:,} of {steps:,} "
+                                                  f"({signal.Signals(signals.caught).name}), checkpoint saved; "
+                                                  "the same command continues from there")
     write_text(rd / "config.yaml", cfg.to_yaml())
     write_jsonl(rd / "mimic.jsonl", records)
     save_checkpoint(rd / "checkpoints" / "last.safetensors", model,
                     {"step": steps, "mimic": True, "config": cfg.to_dict()}, rng=False)
+    (rd / "checkpoints" / PARTIAL).unlink(missing_ok=True)
+    if signals.caught is not None:  # caught at the last step: the stage is whole, nothing more starts
+        raise Interrupted(signals.caught, f"{rd.path}: mimicking stage complete, stopped before training")
     return records
+
+
+def _restore(rd: RunDir, settings: dict, model, opt) -> tuple[int, list[dict]]:
+    tensors, meta = read_checkpoint(rd / "checkpoints" / PARTIAL)
+    if meta.get("mimic") != json.loads(json.dumps(settings)):
+        raise LegoError(f"{rd.path} holds an interrupted mimicking stage of other settings (steps, batch size, lr "
+                        f"or model): move it away to start a new one")
+    load_model_weights(model, model_weights(tensors), str(rd.path))
+    restore_training_state(tensors, meta, opt, "cpu")
+    step = int(meta["step"])
+    return step, [r for r in read_jsonl(rd / "mimic.jsonl") if r["step"] <= step]
