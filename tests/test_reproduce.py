@@ -321,9 +321,11 @@ def test_report_only_trains_nothing_and_names_what_is_missing(tmp_path, monkeypa
 def test_probe_figure_reads_fig3s_runs_and_judges_the_flow(tmp_path, monkeypatch):
     write_configs(tmp_path)
     monkeypatch.chdir(tmp_path)
-    assert main(["reproduce", "fig4", "--seeds", "1"]) == 0
+    assert main(["reproduce", "fig4", "--seeds", "2"]) == 0
     report = tmp_path / "reports" / "fig4-cpu"
     assert (report / "probe-bert.png").is_file() and (report / "probe-albert.json").is_file()
+    assert (report / "probe-albert-s1.json").is_file()  # every seed is probed, not only seed 0
+    assert "albert, seed 1: first layer" in (report / "fig4.md").read_text()
     probe = json.loads((report / "probe-albert.json").read_text())
     assert len(probe["accuracy"]) == 3 and len(probe["accuracy"][0]) == 12  # embeddings + 2 layers, 12 steps
     verdicts = json.loads((report / "summary.json").read_text())["verdicts"]

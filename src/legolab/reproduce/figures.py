@@ -324,7 +324,7 @@ FIGURES = {
 }
 # computed from other figures' runs or without training runs: legolab.reproduce.analyses
 ANALYSES = {
-    "fig4": "per-layer probes of the fig3 runs (seed 0)",
+    "fig4": "per-layer probes of the fig3 runs (n_tr = 6), every seed",
     "fig7": "attention head scores of pretrained MiniLM before fine-tuning, and of the fig6 runs",
     "fig9": "inference FLOPs, size and latency: BERT vs LEGO v0 vs v1",
     "fig10": "masked-LM pretraining: BERT vs LEGO v0 vs v1 validation loss",
