@@ -339,3 +339,17 @@ def test_better_says_why_a_model_that_does_not_fit_its_training_variables_cannot
     verdict = better({"a": fails, "b": fits}, "a", "b")
     assert verdict[1] == UNTESTABLE and "the lowest of #0..#2: 20%; b's: 100%" in verdict[2]
     assert better({"a": fits, "b": fails}, "a", "b")[1] == HOLDS
+
+
+def test_sooner_judges_how_fast_the_supervised_variables_are_learned_even_when_none_fits_them_all():
+    def run(first):
+        return summary([1.0] * 3 + [0.5] * 9, first=first + [None] * (12 - len(first)))
+    three, one, none = run([50, 200, 600]), run([1900]), run([])
+    verdict = figures.sooner({"p": three, "r": one}, "p", "r")
+    assert verdict[1] == HOLDS and "p 3 of 6 (#0..#2, the last at step 600); r 1 of 6 (#0, the last at step 1,900)" in verdict[2]
+    assert figures.sooner({"p": one, "r": three}, "p", "r")[1] == FAILS
+    assert figures.sooner({"p": run([900]), "r": one}, "p", "r")[1] == HOLDS      # as many, earlier
+    assert figures.sooner({"p": none, "r": none}, "p", "r")[1] == UNTESTABLE
+    parts = {p: v for p, v, _ in figures.judge_fig6({"minilm-pretrained": three, "minilm-random": one})}
+    assert parts["pretrained learns sooner than random init"] == HOLDS
+    assert parts["pretrained generalises better than random init"] == UNTESTABLE  # #3..#5 not fit

@@ -132,6 +132,28 @@ def better(S: Summary, a: str, b: str, idx=None, part: str = "") -> Verdict:
     return part, HOLDS if da - db >= MARGIN else FAILS, evidence
 
 
+def sooner(S: Summary, a: str, b: str, part: str = "") -> Verdict:
+    """``a`` learns its supervised variables sooner than ``b``: more of them pass 95% within the
+    budget, or as many, by an earlier step on average. Testable when neither fits them all."""
+    part = part or f"{a} learns sooner than {b}"
+    if (why := _need(S, a, b)):
+        return part, UNTESTABLE, why
+    sup = S[a]["supervised"]
+    passed = {x: {i: S[x]["first_pass"][i] for i in sup if S[x]["first_pass"][i] is not None} for x in (a, b)}
+    if not passed[a] and not passed[b]:
+        return part, UNTESTABLE, f"neither passed {pct(PASS)} on any supervised variable"
+
+    def said(x):
+        p = passed[x]
+        return f"{x} {len(p)} of {len(sup)}" + (f" ({_idx(p)}, the last at step {max(p.values()):,.0f})" if p else "")
+
+    evidence = f"supervised variables past {pct(PASS)}: {said(a)}; {said(b)}"
+    if len(passed[a]) != len(passed[b]):
+        return part, HOLDS if len(passed[a]) > len(passed[b]) else FAILS, evidence
+    mean_step = {x: statistics.fmean(passed[x].values()) for x in (a, b)}
+    return part, HOLDS if mean_step[a] < mean_step[b] else FAILS, evidence
+
+
 def classical(S: Summary, labels, part="classical generalisation: every supervised variable learned") -> Verdict:
     if (why := _need(S, *labels)):
         return part, UNTESTABLE, why
@@ -173,11 +195,18 @@ def judge_fig5(S):
 
 
 def judge_fig6(S):
-    out = [better(S, "minilm-pretrained", "minilm-random", part="pretrained generalises better than random init"),
+    """The claim has two halves, "better" (extrapolation, once the supervised variables are fit)
+    and "sooner" (how fast they are learned), judged apart: a budget too short for the first
+    still tests the second."""
+    out = [sooner(S, "minilm-pretrained", "minilm-random", part="pretrained learns sooner than random init"),
+           better(S, "minilm-pretrained", "minilm-random", part="pretrained generalises better than random init"),
+           sooner(S, "minilm-mimic", "minilm-random", part="mimicking learns sooner than random init"),
            better(S, "minilm-mimic", "minilm-random", part="mimicking narrows the gap to pretrained")]
     if "minilm-zero-residual" in S:
-        out.append(better(S, "minilm-mimic", "minilm-zero-residual",
-                          part="control: mimicking beats its own zero-residual start without mimicking"))
+        out += [sooner(S, "minilm-mimic", "minilm-zero-residual",
+                       part="control: mimicking learns sooner than its own zero-residual start without mimicking"),
+                better(S, "minilm-mimic", "minilm-zero-residual",
+                       part="control: mimicking beats its own zero-residual start without mimicking")]
     return out
 
 
@@ -282,7 +311,8 @@ FIGURES = {
                    "narrows the gap.",
                    ["minilm-random", "minilm-pretrained", "minilm-mimic", "minilm-zero-residual"], judge_fig6,
                    {"cpu": "MiniLM (6 x 384, all-MiniLM-L6-v2's weights) stands in for BERT-base; cpu/minilm's "
-                           "300 steps without the CPU recipe's aids; mimicking: 400 steps of 32 from zeroed residual "
+                           "2,000 steps of 32 with deep and operand supervision, the same for every initialisation "
+                           "(the paper: 200 epochs of 120k, no aids); mimicking: 400 steps of 32 from zeroed residual "
                            "branches at lr 1e-2 / 3e-3 (the public code: 1,000 steps of 200 at 5e-5 from BERT's init), "
                            "hence the zero-residual control"}),
     "fig11": Figure("shortcut: supervising #0..#4 and #11 vs #0..#4",
@@ -294,7 +324,7 @@ FIGURES = {
                     "the other variables.",
                     ["minilm-random-ntr12", "minilm-pretrained-ntr12", "minilm-mimic-ntr12"], judge_fig12,
                     {"cpu": "MiniLM stands in for pretrained BERT and ALBERT (no ALBERT checkpoint ships offline); "
-                            "300 steps"}),
+                            "cpu/minilm's 2,000 steps with deep and operand supervision (on all 12 variables here)"}),
     "fig15": Figure("chain length n = 8, 12, 16, 20 with n_tr = n - 6",
                     "Longer training chains generalise better: n = 8 learns its training length but not unseen "
                     "ones, n = 20 generalises strongly beyond it.",

@@ -31,6 +31,7 @@ from .config import RunConfig
 from .objectives.recipe import SMOOTH, association_target, kl_to_target
 from .rundir import RunDir
 from .schedule import lr_factor
+from .step import resolve_dtype
 
 BAND = (1.0, 2.0, 4.0, 2.0, 1.0)
 
@@ -62,7 +63,8 @@ def mimic(cfg: RunConfig, out_dir: str | Path, steps: int = 1000, batch_size: in
     The model starts with its residual branches at ``residual_init`` (default 0): deeper layers
     then see clean token identities and learn their association heads too, which from BERT's
     initialisation only layer 0 did in our runs (docs/cpu_recipe.md). ``lr`` defaults to Adam at
-    1e-2 below 256 wide and 3e-3 from there.
+    1e-2 below 256 wide and 3e-3 from there. It runs in the run's precision (``train.dtype``:
+    bf16 autocast where the CPU has bf16 matrix units), as training does.
 
     SIGINT / SIGTERM stop it with ``checkpoints/partial.safetensors`` saved (``Interrupted``); the
     same call then continues from that step and ends with the weights of an uninterrupted stage.
@@ -114,18 +116,24 @@ def _mimic(cfg: RunConfig, rd: RunDir, settings: dict, log_every: int, log) -> l
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, 0, "cosine"),  # training/schedule.py
                                               last_epoch=done - 1)
     held_out = torch.from_numpy(task.sample("mimic-test", range(200)).tokens).long()
+    dtype, _ = resolve_dtype(cfg.train.dtype, torch.device("cpu"))  # the run's own precision (bf16 on matrix units)
+
+    def autocast():
+        return torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+
     t0 = time.perf_counter() - (records[-1]["time"] if records else 0.0)
     with _Signals() as signals:
         for step in range(done + 1, steps + 1):
             tokens = torch.from_numpy(task.sample("mimic", range((step - 1) * batch_size, step * batch_size)).tokens).long()
-            loss = mimic_loss(model, tokens)
+            with autocast():
+                loss = mimic_loss(model, tokens)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             sched.step()
             if step % log_every == 0 or step == steps:
                 model.eval()
-                with torch.no_grad():
+                with torch.no_grad(), autocast():
                     held = float(mimic_loss(model, held_out))
                 model.train()
                 records.append({"step": step, "loss": loss.item(), "held_out_loss": held, "time": time.perf_counter() - t0})
