@@ -20,7 +20,7 @@ import torch
 
 from legolab.models import ModelConfig, TokenClassifier
 from legolab.tasks import LegoConfig, LegoTask
-from legolab.training.step import make_optimizer, make_train_step
+from legolab.training.step import bf16_matrix_units, make_optimizer, make_train_step
 
 
 def matmul_peak(dtype=torch.float32, size: int = 2048, repeats: int = 5) -> float:
@@ -110,11 +110,13 @@ def main() -> None:
         infer_fns[name] = (lambda m=model, d=dtype: _infer(m, ev_tokens, ev_positions, d))
 
     threads = torch.get_num_threads()
-    peak32, peak16 = matmul_peak(torch.float32), matmul_peak(torch.bfloat16)
+    # without bf16 matrix units bf16 matmuls are emulated (under 1 GFLOP/s): no peak worth timing
+    has_bf16 = bf16_matrix_units(torch.device("cpu"))
+    peak32, peak16 = matmul_peak(torch.float32), matmul_peak(torch.bfloat16) if has_bf16 else None
     flops = step_flops(args.layers, args.width, 4 * args.width, T, B, args.n, task.num_classes)
     infer_flops = step_flops(args.layers, args.width, 4 * args.width, T, args.eval_batch, args.n, task.num_classes) / 3
-    print(f"{time.strftime('%Y-%m-%d')}; {threads} threads; matmul peak fp32 {peak32 / 1e9:.0f} GFLOP/s, "
-          f"bf16 {peak16 / 1e9:.0f} GFLOP/s (2048^2)")
+    print(f"{time.strftime('%Y-%m-%d')}; {threads} threads; matmul peak (2048^2) fp32 {peak32 / 1e9:.0f} GFLOP/s, "
+          + (f"bf16 {peak16 / 1e9:.0f} GFLOP/s" if peak16 else "bf16 not timed: no bf16 matrix units"))
     print(f"shape: {args.layers} layers, width {args.width}, {args.heads} heads, pre-LN, seq {T}; "
           f"training batch {B} ({flops / 1e9:.2f} GFLOP per step), inference batch {args.eval_batch}")
     for title, fns, per, count in (("training step", train_fns, flops, B), ("inference", infer_fns, infer_flops, args.eval_batch)):
@@ -129,8 +131,8 @@ def main() -> None:
         print(f"\n{title}:")
         print(f"{'contender':24s} {'ms':>9s} {'sentences/s':>12s} {'MFU fp32':>9s} {'MFU bf16':>9s} {'vs fp32 sdpa':>13s}")
         for name, m in med.items():
-            print(f"{name:24s} {m * 1e3:9.1f} {count / m:12,.0f} {per / m / peak32:9.1%} {per / m / peak16:9.1%} "
-                  f"{base / m:12.2f}x")
+            mfu16 = f"{per / m / peak16:9.1%}" if peak16 else f"{'-':>9s}"
+            print(f"{name:24s} {m * 1e3:9.1f} {count / m:12,.0f} {per / m / peak32:9.1%} {mfu16} {base / m:12.2f}x")
 
 
 def _no_grad(fn):

@@ -238,6 +238,36 @@ def test_reproduce_refuses_runs_of_another_config(tmp_path, monkeypatch, capsys)
     assert not (tmp_path / "reports").exists()
 
 
+def test_the_mimicking_stage_takes_the_dropout_its_width_fits_best(tmp_path, monkeypatch):
+    from legolab.training.config import load_config
+    from legolab.training.mimic import stage_config
+
+    monkeypatch.chdir(tmp_path)  # the shipped configs
+    minilm, small = load_config("cpu/minilm"), load_config("cpu/bert")
+    assert minilm.model.dropout == small.model.dropout == 0.0  # the CPU recipes fine-tune without
+    assert stage_config(minilm).model.dropout == stage_config(minilm).model.attn_dropout == 0.1
+    assert stage_config(small).model.dropout == 0.0 and stage_config(small, dropout=0.2).model.attn_dropout == 0.2
+    assert stage_config(small).model.residual_init == 0.0
+
+
+def test_reproduce_refuses_a_mimicking_stage_of_another_dropout(tmp_path, monkeypatch, capsys):
+    from test_reproduce import write_configs
+
+    from legolab.reproduce import figure_runs
+    from legolab.training.config import load_config
+    from legolab.training.mimic import mimic
+
+    write_configs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    run = dict(figure_runs("fig18", "cpu", 1, mimic_steps=2))["d3-mimic-bert"]
+    # a stage left with another dropout than this width's (an older legolab mimicked MiniLM with 0)
+    mimic(load_config(run.config, run.overrides), tmp_path / "runs" / f"{run.name}-mimic-init",
+          log=lambda line: None, **{**run.mimic, "dropout": 0.1})
+    one_line_error(capsys, main(["reproduce", "fig18", "--seeds", "1", "--mimic-steps", "2"]),
+                   "holds a mimicking stage of another config (model.attn_dropout: 0.1 -> 0.0; model.dropout: 0.1 -> 0.0)")
+    assert not (tmp_path / "runs" / run.name).exists()
+
+
 # ---- text in, text out -----------------------------------------------------------------------
 def test_a_huge_invalid_sentence_gets_a_short_error(capsys):
     code = main(["solve", "a=+1; b=" + "x" * 1_000_000])

@@ -217,6 +217,7 @@ def test_paper_scale_path_runs_end_to_end_with_a_shrunk_model(tmp_path, monkeypa
     assert cfg["task"]["group"] == "d3" and cfg["model"]["arch"] == "albert" and cfg["train"]["lr"] == 5e-5
     mimic = yaml.safe_load((tmp_path / "runs" / "paper-d3-mimic-bert-s0-mimic-init" / "config.yaml").read_text())
     assert mimic["model"]["residual_init"] == 1.0  # the public code's start: BERT's initialisation
+    assert mimic["model"]["dropout"] == mimic["model"]["attn_dropout"] == 0.1  # and its dropout
     text = (tmp_path / "reports" / "fig18-paper" / "fig18.md").read_text()
     assert "**Paper scale.**" in text and "zero-residual" not in text
 
@@ -262,8 +263,8 @@ def test_mimicking_uses_the_public_codes_values_at_paper_scale():
 
     cpu = dict(figure_runs("fig18", "cpu", 1))["d3-mimic-bert"].mimic
     paper = dict(figure_runs("fig18", "paper", 1))["d3-mimic-bert"].mimic
-    assert cpu == {"steps": 400, "batch_size": 32, "lr": None, "residual_init": 0.0}
-    assert paper == {"steps": 1000, "batch_size": 200, "lr": 5e-5, "residual_init": 1.0}
+    assert cpu == {"steps": 400, "batch_size": 32, "lr": None, "residual_init": 0.0, "dropout": None}
+    assert paper == {"steps": 1000, "batch_size": 200, "lr": 5e-5, "residual_init": 1.0, "dropout": 0.1}
     from legolab.reproduce import mimic_settings
 
     assert mimic_settings("paper", "albert")["steps"] == 5000

@@ -345,7 +345,7 @@ def cmd_mimic(args) -> int:
     cfg = load_config(config, overrides)
     name = args.name or f"mimic-{cfg.name}"
     out = Path(args.runs) / name
-    mimic(cfg, out, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+    mimic(cfg, out, steps=args.steps, batch_size=args.batch_size, lr=args.lr, dropout=args.dropout,
           log=lambda m: print(m, file=sys.stderr, flush=True))
     print(f"wrote {out}; train from it with: legolab train {config} train.init={out}")
     return 0
@@ -511,6 +511,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--steps", type=int, default=400)
     s.add_argument("--batch-size", type=int, default=32)
     s.add_argument("--lr", type=float, default=None, help="Adam learning rate (default: 1e-2, 3e-3 from 256 wide)")
+    s.add_argument("--dropout", type=float, default=None,
+                   help="hidden and attention dropout while mimicking (default: 0.1 from 256 wide, the config's below: "
+                        "what each fits best)")
     s.add_argument("--name", help="output run name (default: mimic-CONFIGNAME)")
     s.add_argument("--runs", default="runs")
     s.set_defaults(func=cmd_mimic)

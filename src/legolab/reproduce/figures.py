@@ -313,9 +313,8 @@ FIGURES = {
                    {"cpu": "MiniLM (6 x 384, all-MiniLM-L6-v2's weights) stands in for BERT-base; cpu/minilm's "
                            "3,000 steps of 32 without dropout, with deep and operand supervision, the same for every "
                            "initialisation (the paper: 200 epochs of 120k, no aids, BERT's dropout 0.1); mimicking: "
-                           "400 steps of 32 from zeroed residual "
-                           "branches at lr 1e-2 / 3e-3 (the public code: 1,000 steps of 200 at 5e-5 from BERT's init), "
-                           "hence the zero-residual control"}),
+                           "400 steps of 32 from zeroed residual branches at lr 3e-3 with dropout 0.1 (the public "
+                           "code: 1,000 steps of 200 at 5e-5 from BERT's init), hence the zero-residual control"}),
     "fig11": Figure("shortcut: supervising #0..#4 and #11 vs #0..#4",
                     "Models supervised on #0..#4 and #11 generalise worse to the intermediate variables than "
                     "models supervised on #0..#4 only.",

@@ -32,10 +32,12 @@ def mimic_settings(scale: str, arch: str, steps: int | None = None) -> dict:
     """CPU scale: 400 steps of 32 from zeroed residual branches, Adam at 1e-2 / 3e-3 (what makes
     every layer learn its heads in minutes; fig6 / fig18 carry the zero-residual control). Paper
     scale: the public code's values, Adam 5e-5 from BERT's initialisation, 1,000 steps of 200
-    sentences for BERT and 5,000 for ALBERT."""
+    sentences for BERT and 5,000 for ALBERT, with its dropout 0.1. (CPU scale: ``mimic``'s default
+    dropout, 0.1 from 256 wide and the run's below, which is what each width fits best.)"""
     if scale == "cpu":
-        return {"steps": steps or 400, "batch_size": 32, "lr": None, "residual_init": 0.0}
-    return {"steps": steps or (5000 if arch == "albert" else 1000), "batch_size": 200, "lr": 5e-5, "residual_init": 1.0}
+        return {"steps": steps or 400, "batch_size": 32, "lr": None, "residual_init": 0.0, "dropout": None}
+    return {"steps": steps or (5000 if arch == "albert" else 1000), "batch_size": 200, "lr": 5e-5,
+            "residual_init": 1.0, "dropout": 0.1}
 
 
 def _config_for(scale: str, label: str, extra: list[str], pretrained: str | None) -> tuple[str, list[str]]:
@@ -113,10 +115,27 @@ def check_leftovers(runs: list[Run], runs_root: Path) -> None:
                 raise LegoError(f"{run_dir} holds a run of another config ({'; '.join(changes[:3])}"
                                 f"{f'; {len(changes) - 3} more' if len(changes) > 3 else ''}): move it away, "
                                 "or give reproduce another --runs directory")
-        held = _mimic_steps(runs_root / f"{run.name}-mimic-init") if run.mimic else None
-        if held is not None and held != run.mimic["steps"]:
-            raise LegoError(f"{runs_root / f'{run.name}-mimic-init'} holds a mimicking stage of {held} steps, "
-                            f"not {run.mimic['steps']}: move it away or pass --mimic-steps to match")
+        if run.mimic:
+            _check_mimic_stage(run, runs_root / f"{run.name}-mimic-init")
+
+
+def _check_mimic_stage(run: Run, mimic_dir: Path) -> None:
+    """Refuse a mimicking stage of other steps, or of another config (model, task, dropout ...)."""
+    from ..training.config import diff_configs, load_config
+    from ..training.mimic import stage_config
+    from ..training.runs import run_config
+    from ..training.trainer import RESUMABLE_CHANGES
+
+    held = _mimic_steps(mimic_dir)
+    if held is not None and held != run.mimic["steps"]:
+        raise LegoError(f"{mimic_dir} holds a mimicking stage of {held} steps, "
+                        f"not {run.mimic['steps']}: move it away or pass --mimic-steps to match")
+    if (mimic_dir / "config.yaml").is_file():
+        asked = stage_config(load_config(run.config, run.overrides), run.mimic["residual_init"], run.mimic.get("dropout"))
+        changes = diff_configs(run_config(mimic_dir), asked, ignore=RESUMABLE_CHANGES)
+        if changes:
+            raise LegoError(f"{mimic_dir} holds a mimicking stage of another config ({'; '.join(changes[:3])}): "
+                            "move it away, or give reproduce another --runs directory")
 
 
 def _mimic_steps(mimic_dir: Path) -> int | None:
