@@ -102,40 +102,36 @@ def _asked(run: Run, runs_root: Path):
 
 
 def check_leftovers(runs: list[Run], runs_root: Path) -> None:
-    """Refuse, before anything trains, a run directory that holds another config than asked."""
+    """Refuse, before anything trains, a run directory or mimicking stage that holds another
+    config than asked (or a stage of other steps)."""
+    from ..training.config import load_config
+    from ..training.mimic import stage_config
+
+    for run in runs:
+        _refuse_another_config(runs_root / run.name, _asked(run, runs_root)[0], "a run")
+        if run.mimic:
+            mimic_dir = runs_root / f"{run.name}-mimic-init"
+            held = _mimic_steps(mimic_dir)
+            if held is not None and held != run.mimic["steps"]:
+                raise LegoError(f"{mimic_dir} holds a mimicking stage of {held} steps, "
+                                f"not {run.mimic['steps']}: move it away or pass --mimic-steps to match")
+            asked = stage_config(load_config(run.config, run.overrides), run.mimic["residual_init"],
+                                 run.mimic.get("dropout"))
+            _refuse_another_config(mimic_dir, asked, "a mimicking stage")
+
+
+def _refuse_another_config(run_dir: Path, asked, what: str) -> None:
     from ..training.config import diff_configs
     from ..training.runs import run_config
     from ..training.trainer import RESUMABLE_CHANGES
 
-    for run in runs:
-        run_dir = runs_root / run.name
-        if (run_dir / "config.yaml").is_file():
-            changes = diff_configs(run_config(run_dir), _asked(run, runs_root)[0], ignore=RESUMABLE_CHANGES)
-            if changes:
-                raise LegoError(f"{run_dir} holds a run of another config ({'; '.join(changes[:3])}"
-                                f"{f'; {len(changes) - 3} more' if len(changes) > 3 else ''}): move it away, "
-                                "or give reproduce another --runs directory")
-        if run.mimic:
-            _check_mimic_stage(run, runs_root / f"{run.name}-mimic-init")
-
-
-def _check_mimic_stage(run: Run, mimic_dir: Path) -> None:
-    """Refuse a mimicking stage of other steps, or of another config (model, task, dropout ...)."""
-    from ..training.config import diff_configs, load_config
-    from ..training.mimic import stage_config
-    from ..training.runs import run_config
-    from ..training.trainer import RESUMABLE_CHANGES
-
-    held = _mimic_steps(mimic_dir)
-    if held is not None and held != run.mimic["steps"]:
-        raise LegoError(f"{mimic_dir} holds a mimicking stage of {held} steps, "
-                        f"not {run.mimic['steps']}: move it away or pass --mimic-steps to match")
-    if (mimic_dir / "config.yaml").is_file():
-        asked = stage_config(load_config(run.config, run.overrides), run.mimic["residual_init"], run.mimic.get("dropout"))
-        changes = diff_configs(run_config(mimic_dir), asked, ignore=RESUMABLE_CHANGES)
-        if changes:
-            raise LegoError(f"{mimic_dir} holds a mimicking stage of another config ({'; '.join(changes[:3])}): "
-                            "move it away, or give reproduce another --runs directory")
+    if not (run_dir / "config.yaml").is_file():
+        return
+    changes = diff_configs(run_config(run_dir), asked, ignore=RESUMABLE_CHANGES)
+    if changes:
+        raise LegoError(f"{run_dir} holds {what} of another config ({'; '.join(changes[:3])}"
+                        f"{f'; {len(changes) - 3} more' if len(changes) > 3 else ''}): move it away, "
+                        "or give reproduce another --runs directory")
 
 
 def _mimic_steps(mimic_dir: Path) -> int | None:

@@ -56,6 +56,9 @@ def mimic_loss(model, tokens: torch.Tensor, depth: int | None = None) -> torch.T
     return loss
 
 
+WIDE = 256  # from this width the stage trains at lr 3e-3 with dropout 0.1 (below: 1e-2, the run's dropout)
+
+
 def stage_config(cfg: RunConfig, residual_init: float = 0.0, dropout: float | None = None) -> RunConfig:
     """The run's config as the mimicking stage trains it: residual branches at ``residual_init``,
     hidden and attention dropout at ``dropout``. None: 0.1 from 256 wide, the run's own below.
@@ -64,7 +67,7 @@ def stage_config(cfg: RunConfig, residual_init: float = 0.0, dropout: float | No
     (6.91 against 2.06)."""
     import dataclasses
 
-    if dropout is None and cfg.model.d_model >= 256:
+    if dropout is None and cfg.model.d_model >= WIDE:
         dropout = 0.1
     model = dataclasses.replace(cfg.model, residual_init=residual_init)
     if dropout is not None:
@@ -87,7 +90,7 @@ def mimic(cfg: RunConfig, out_dir: str | Path, steps: int = 1000, batch_size: in
     same call then continues from that step and ends with the weights of an uninterrupted stage.
     """
     cfg = stage_config(cfg, residual_init, dropout)
-    lr = lr or (1e-2 if cfg.model.d_model < 256 else 3e-3)
+    lr = lr or (1e-2 if cfg.model.d_model < WIDE else 3e-3)
     if cfg.model.attention != "standard" or cfg.model.n_heads < 2:
         raise LegoError("mimic: needs standard softmax attention with at least 2 heads per layer")
     if steps < 1 or batch_size < 1 or not lr > 0:
