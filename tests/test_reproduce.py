@@ -354,3 +354,16 @@ def test_sooner_judges_how_fast_the_supervised_variables_are_learned_even_when_n
     parts = {p: v for p, v, _ in figures.judge_fig6({"minilm-pretrained": three, "minilm-random": one})}
     assert parts["pretrained learns sooner than random init"] == HOLDS
     assert parts["pretrained generalises better than random init"] == UNTESTABLE  # #3..#5 not fit
+
+
+def test_lego_attention_asks_for_a_match_within_the_margin_and_a_sooner_fit_not_a_win():
+    def run(mean, first):
+        return summary(mean, first=first + [None] * (12 - len(first)))
+    bert = run([1.0] * 6 + [0.68, 0.44] + [0.51] * 4, [750, 1500, 2000, 2500, 2750, 3000])
+    lego = run([1.0] * 6 + [0.48] * 6, [500, 1250, 1500, 1750, 1750, 2000])  # 1.7 points below bert
+    parts = {p: v for p, v, _ in figures.judge_lego_attention({"bert": bert, "lego-v1": lego})}
+    assert parts["LEGO v1 matches BERT on Task 1 (all 12 variables, within 5 points)"] == HOLDS
+    assert parts["LEGO v1 learns the supervised variables sooner than BERT"] == HOLDS
+    assert parts["LEGO v0 matches BERT on Task 1 (all 12 variables, within 5 points)"] == UNTESTABLE  # not run
+    worse = run([1.0] * 3 + [0.5] * 9, [500, 600, 700])
+    assert figures.matches({"bert": bert, "lego-v0": worse}, "lego-v0", "bert", range(12))[1] == FAILS

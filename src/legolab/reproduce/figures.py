@@ -132,6 +132,15 @@ def better(S: Summary, a: str, b: str, idx=None, part: str = "") -> Verdict:
     return part, HOLDS if da - db >= MARGIN else FAILS, evidence
 
 
+def matches(S: Summary, a: str, b: str, idx, part: str = "") -> Verdict:
+    """``a`` is as accurate as ``b`` on ``idx``: at most ``MARGIN`` below it on average."""
+    part = part or f"{a} matches {b}"
+    if (why := _need(S, a, b)):
+        return part, UNTESTABLE, why
+    da, db = mean_at(S[a], idx), mean_at(S[b], idx)
+    return part, HOLDS if da >= db - MARGIN else FAILS, f"mean accuracy on {_idx(idx)}: {a} {pct(da)}, {b} {pct(db)}"
+
+
 def sooner(S: Summary, a: str, b: str, part: str = "") -> Verdict:
     """``a`` learns its supervised variables sooner than ``b``: more of them pass 95% within the
     budget, or as many, by an earlier step on average. Testable when neither fits them all."""
@@ -276,8 +285,15 @@ def judge_fig18(S):
 
 
 def judge_lego_attention(S):
-    return [better(S, "lego-v1", "bert", list(range(12)), "LEGO v1 matches or beats BERT on Task 1 (all 12 variables)"),
-            better(S, "lego-v0", "bert", list(range(12)), "LEGO v0 beats BERT on Task 1 (all 12 variables)")]
+    """Section 5's "faster and better" (there for pretraining), asked of Task 1: as accurate on
+    all 12 variables (within MARGIN), and the supervised ones learned sooner."""
+    out = []
+    for v in ("lego-v1", "lego-v0"):
+        name = "LEGO " + v.split("-")[1]
+        out += [matches(S, v, "bert", list(range(12)), f"{name} matches BERT on Task 1 (all 12 variables, within "
+                                                          f"{MARGIN * 100:.0f} points)"),
+                sooner(S, v, "bert", part=f"{name} learns the supervised variables sooner than BERT")]
+    return out
 
 
 @dataclass
@@ -349,8 +365,8 @@ FIGURES = {
                     ["d3-bert", "d3-albert", "d3-mimic-bert", "d3-zero-residual-bert"], judge_fig18,
                     {"cpu": "cpu/bert-d3's recipe (aids for 6,000 steps, 16,000 steps); no pretrained run"}),
     "lego-attention": Figure("BERT vs LEGO attention v0 / v1 vs identity-scaled BERT on Task 1",
-                             "Not a figure of the paper: section 5 introduces LEGO attention for pretraining; "
-                             "this compares it with BERT on Task 1 itself.",
+                             "Not a figure of the paper: section 5 calls LEGO attention \"faster and better\" than BERT's attention "
+                             "in pretraining; this asks the same of Task 1 itself.",
                              ["bert", "lego-v0", "lego-v1", "identity-scaled"], judge_lego_attention),
 }
 # computed from other figures' runs or without training runs: legolab.reproduce.analyses
