@@ -2,6 +2,7 @@ import importlib.util
 
 import pytest
 import torch
+from conftest import strip_clock
 
 from legolab.cli import main
 from legolab.io import read_jsonl
@@ -47,9 +48,8 @@ def test_pretraining_resumes_exactly_and_initialises_train(tmp_path, tiny_config
     assert run_pretrain(tmp_path, "--name", "killed", "pretrain.steps=9") == 130  # interrupted
     monkeypatch.setattr(pt, "save_checkpoint", real)
     assert main(["pretrain", "--resume", str(tmp_path / "runs" / "killed")]) == 0
-    strip = lambda rs: [{k: v for k, v in r.items() if k != "time"} for r in rs]  # noqa: E731
-    assert strip(read_jsonl(tmp_path / "runs" / "killed" / "metrics.jsonl")) == \
-        strip(read_jsonl(tmp_path / "runs" / "full" / "metrics.jsonl"))
+    assert strip_clock(read_jsonl(tmp_path / "runs" / "killed" / "metrics.jsonl")) == \
+        strip_clock(read_jsonl(tmp_path / "runs" / "full" / "metrics.jsonl"))
     # the encoder initialises a LEGO model that reads word pieces
     path = tiny_config(model={"n_layers": 1, "d_model": 32, "n_heads": 2, "max_len": 32, "tokenizer": "wordpiece",
                               "norm": "pre"}, task={"group": "sign", "n": 4}, train={"steps": 2, "eval_every": 2})

@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 import yaml
+from conftest import strip_clock
 
 from legolab.cli import main
 from legolab.errors import Interrupted, LegoError
@@ -17,10 +18,6 @@ from legolab.training import trainer
 from legolab.training.checkpoint import read_checkpoint
 from legolab.training.config import load_config
 from legolab.training.rundir import RunDir
-
-
-def strip_time(records):
-    return [{k: v for k, v in r.items() if k != "time"} for r in records]
 
 
 def one_line_error(capsys, code, expect):
@@ -87,7 +84,7 @@ def test_a_run_killed_before_its_first_evaluation_resumes_from_step_zero(tiny_co
     monkeypatch.undo()
     assert read_checkpoint(tmp_path / "killed" / "checkpoints" / "last.safetensors")[1]["step"] == 0
     resumed = trainer.start_or_resume(None, [], resume_dir=tmp_path / "killed", progress=False)
-    assert strip_time(resumed) == strip_time(full)
+    assert strip_clock(resumed) == strip_clock(full)
 
 
 def test_sigterm_saves_the_current_step_and_resume_equals_an_uninterrupted_run(tiny_config, tmp_path, monkeypatch):
@@ -108,7 +105,7 @@ def test_sigterm_saves_the_current_step_and_resume_equals_an_uninterrupted_run(t
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler does not outlive the run
     assert read_checkpoint(tmp_path / "stopped" / "checkpoints" / "last.safetensors")[1]["step"] == 30
     resumed = trainer.start_or_resume(None, [], resume_dir=tmp_path / "stopped", progress=False)
-    assert strip_time(resumed) == strip_time(full)
+    assert strip_clock(resumed) == strip_clock(full)
 
 
 def test_sigterm_during_mimicking_saves_it_and_the_same_call_continues_to_the_uninterrupted_weights(tiny_config, tmp_path):
@@ -136,7 +133,7 @@ def test_sigterm_during_mimicking_saves_it_and_the_same_call_continues_to_the_un
     records = mimic(cfg, tmp_path / "stopped", log=lines.append, **settings)
     assert lines[0].startswith("mimic: continuing") and "from step 10 of 20" in lines[0]
     assert not (stopped / PARTIAL).exists()
-    assert strip_time(records) == strip_time(read_jsonl(tmp_path / "full" / "mimic.jsonl"))
+    assert strip_clock(records) == strip_clock(read_jsonl(tmp_path / "full" / "mimic.jsonl"))
     full, resumed = (read_checkpoint(d / "checkpoints" / "last.safetensors")[0] for d in (tmp_path / "full", tmp_path / "stopped"))
     assert full.keys() == resumed.keys() and all(torch.equal(full[k], resumed[k]) for k in full)
 

@@ -1,13 +1,15 @@
 import json
+import re
 
 import pytest
 import yaml
-from conftest import TINY
+from conftest import TINY, strip_clock
 
 from legolab.cli import main
 from legolab.io import read_jsonl
 from legolab.reproduce import figures
 from legolab.reproduce.figures import FAILS, HOLDS, UNTESTABLE, better
+from legolab.training.step import machine_name
 
 VERDICTS = (HOLDS, FAILS, UNTESTABLE)
 
@@ -35,6 +37,9 @@ def test_reproduce_trains_reuses_and_reports_a_verdict(tmp_path, monkeypatch, ca
     text = (report / "fig3.md").read_text()
     assert (report / "accuracy.png").is_file() and "| bert | 2 |" in text
     assert "**The paper's claim.**" in text and "`legolab reproduce fig3 --seeds 2`" in text and "wall time" in text
+    # every time says its machine: the command's, and the runs' (8, all trained here, with one label)
+    assert f" s on {machine_name()} (training time of its runs, summed: " in text
+    assert re.search(r"summed: [\d,]+ s, on [^;]+ threads?, (fp32|bf16) \(8 runs\); finished", text)
     verdicts = json.loads((report / "summary.json").read_text())["verdicts"]
     assert len(verdicts) == 4 and all(v in VERDICTS for _, v, _ in verdicts)
     # a tiny model learns nothing: the extrapolation claim cannot be tested, and says why
@@ -189,7 +194,7 @@ def test_runs_side_by_side_train_the_same_bytes_as_one_after_another(tmp_path, m
         assert main(["reproduce", "fig11", "--seeds", "1", "--jobs", jobs]) == 0
     for name in ("cpu-bert-0to4-s0", "cpu-albert-0to4+11-s0"):
         a, b = (read_jsonl(tmp_path / sub / "runs" / name / "metrics.jsonl") for sub in "ab")
-        assert [{k: v for k, v in r.items() if k != "time"} for r in a] == [{k: v for k, v in r.items() if k != "time"} for r in b]
+        assert strip_clock(a) == strip_clock(b)
 
 
 @pytest.mark.slow

@@ -1,19 +1,17 @@
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 
 import pytest
+from conftest import strip_clock
 
 from legolab.cli import main
 from legolab.io import read_jsonl
 from legolab.training import trainer
 from legolab.training.config import load_config
-
-
-def strip_time(records):
-    return [{k: v for k, v in r.items() if k != "time"} for r in records]
 
 
 def test_tiny_task_is_learned_in_seconds(tiny_config, tmp_path):
@@ -22,6 +20,9 @@ def test_tiny_task_is_learned_in_seconds(tiny_config, tmp_path):
     assert [r["step"] for r in records] == [100, 200, 300]
     assert min(records[-1]["test_acc_per_index"]) >= 0.98
     assert records[0]["test_acc"] < records[-1]["test_acc"]
+    # each record says what its time was measured on (a resumed run may move)
+    assert {r["machine"] for r in records} == {records[0]["machine"]}
+    assert re.fullmatch(r".+, \d+ threads?, (fp32|bf16)", records[0]["machine"])
 
 
 @pytest.mark.parametrize("recipe", [False, True], ids=["plain", "cpu-recipe-aids"])
@@ -51,8 +52,8 @@ def test_resume_after_a_kill_gives_exactly_the_uninterrupted_metrics(tiny_config
     monkeypatch.setattr(trainer, "evaluate", real)
     assert [r["step"] for r in read_jsonl(tmp_path / "killed" / "metrics.jsonl")] == [20, 40]
     resumed = trainer.start_or_resume(None, [], resume_dir=tmp_path / "killed", progress=False)
-    assert strip_time(resumed) == strip_time(full)
-    assert strip_time(read_jsonl(tmp_path / "killed" / "metrics.jsonl")) == strip_time(full)
+    assert strip_clock(resumed) == strip_clock(full)
+    assert strip_clock(read_jsonl(tmp_path / "killed" / "metrics.jsonl")) == strip_clock(full)
 
 
 def test_fixed_training_set_runs_by_epochs(tiny_config, tmp_path):

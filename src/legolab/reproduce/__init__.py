@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import LegoError
 from .analyses import ANALYSIS_FUNCTIONS, TEMPLATE_MODELS, TEMPLATE_SIZES, TEMPLATE_TASKS, template_runs
 from .figures import ANALYSES, ANALYSIS_CLAIMS, FIGURES, ORDER, UNTESTABLE, check_figure
-from .report import SCALE_NOTES, accuracy_table, first_pass_table, summarise, write_index, write_report
+from .report import SCALE_NOTES, accuracy_table, count_machines, first_pass_table, summarise, write_index, write_report
 from .runs import Run, ensure_run, finished, mimic_settings, one_line, runs_for, train_runs
 
 __all__ = ["ANALYSES", "FIGURES", "ORDER", "Run", "SCALE_NOTES", "TEMPLATE_MODELS", "TEMPLATE_SIZES", "TEMPLATE_TASKS",
@@ -136,8 +136,11 @@ def _training_figure(fig, scale, labelled, results, out):
     if problems:
         body.append("Runs missing from this report:\n\n" + "\n".join(problems))
     runs = {label: [str(d) for d in dirs] for label, dirs in groups.items()}
-    train_time = sum(sum(s["train_time_s"]) for k, s in summary.items() if k != "depth_sweep")
-    return verdicts, "\n\n".join(body), {"summary": summary, "runs": runs, "problems": problems}, "", train_time
+    trained = [s for k, s in summary.items() if k != "depth_sweep"]
+    train_time = sum(sum(s["train_time_s"]) for s in trained)
+    machines = count_machines([m for s in trained for m in s["machines"]])
+    return verdicts, "\n\n".join(body), {"summary": summary, "runs": runs, "problems": problems,
+                                          "machines": machines}, "", train_time
 
 
 def _depth_sweep(groups) -> dict:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections import Counter
 from pathlib import Path
 
 from ..io import write_json, write_text
 from ..training.rundir import read_metrics
+from ..training.step import machine_name
 from .figures import FAILS, HOLDS, PASS, UNTESTABLE, Verdict
 
 SCALE_NOTES = {
@@ -20,6 +22,16 @@ SCALE_NOTES = {
     "paper": "**Paper scale.** The paper's setting (appendix B.2): 12 layers, 768 wide, Adam 5e-5, batch 1,000, "
              "cosine schedule, 200 epochs of 10^4 n sentences.",
 }
+
+
+def run_machines(records: list[dict]) -> list[str]:
+    """The machines a run's records were measured on, in order (a resumed run may have moved)."""
+    return list(dict.fromkeys(r["machine"] for r in records if "machine" in r))
+
+
+def count_machines(runs: list[list[str]]) -> dict[str, int]:
+    """machine -> how many of the runs trained on it (a run that moved counts on each)."""
+    return dict(Counter(m for machines in runs for m in machines))
 
 
 def run_summary(run_dir: Path) -> dict:
@@ -41,7 +53,7 @@ def run_summary(run_dir: Path) -> dict:
             peak, passed = max(peak, a), passed or a >= 0.9
     return {"final": records[-1]["test_acc_per_index"], "first_pass": first, "dip": dip, "step": records[-1]["step"],
             "supervised": list(cfg.train.supervised_indices(n)), "chance": 1 / cfg.make_task().num_classes,
-            "time": records[-1]["time"]}
+            "time": records[-1]["time"], "machines": run_machines(records)}
 
 
 def summarise(groups: dict[str, list[Path]]) -> dict:
@@ -58,6 +70,7 @@ def summarise(groups: dict[str, list[Path]]) -> dict:
             "first_pass": [None if None in f else statistics.fmean(f) for f in firsts],
             "max_dip": max(r["dip"] for r in runs), "supervised": runs[0]["supervised"], "chance": runs[0]["chance"],
             "steps": runs[0]["step"], "train_time_s": [r["time"] for r in runs],
+            "machines": [r["machines"] for r in runs],
         }
     return out
 
@@ -93,12 +106,15 @@ def write_report(out: Path, fig: str, scale: str, title: str, claim: str, verdic
                  note: str, command: str, started: float, data: dict, train_time: float | None = None,
                  lego_runs: bool = True) -> Path:
     """``out/FIG.md`` and ``out/summary.json``; returns the report's path. ``lego_runs``: the
-    figure rests on LEGO training runs, so the scale's note on them applies."""
+    figure rests on LEGO training runs, so the scale's note on them applies; ``data["machines"]``
+    (from ``count_machines``) says where the runs trained."""
     wall = time.time() - started
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    timing = f"wall time of this command {wall:,.0f} s"
+    timing = f"wall time of this command {wall:,.0f} s on {machine_name()}"
     if train_time is not None:
-        timing += f" (training time of its runs, summed: {train_time:,.0f} s; finished runs are reused)"
+        on = "; ".join(f"{m} ({k} run{'s' if k > 1 else ''})" for m, k in data.get("machines", {}).items())
+        timing += f" (training time of its runs, summed: {train_time:,.0f} s{', on ' + on if on else ''}; " \
+                  "finished runs are reused)"
     if lego_runs:
         setting = SCALE_NOTES[scale] + (f" This figure: {note}." if note else "")
     else:

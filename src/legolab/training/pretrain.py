@@ -38,7 +38,7 @@ from .checkpoint import load_model_weights, model_weights, read_checkpoint, rest
 from .config import _build, _coerce, apply_overrides, read_config_file, validate_name_and_seed
 from .rundir import RunDir
 from .schedule import SCHEDULES, lr_factor
-from .step import make_optimizer
+from .step import machine_label, make_optimizer
 
 CLS, SEP, MASK, PAD, VOCAB = BERT_CLS, BERT_SEP, BERT_MASK, BERT_PAD, BERT_VOCAB_SIZE
 
@@ -222,6 +222,7 @@ def pretrain(run: PretrainRun, run_dir: str | Path, resume: bool = False, log=pr
 def _pretrain(run: PretrainRun, rd: RunDir, resume: bool, log) -> list[dict]:
     pc = run.pretrain
     torch.set_num_threads(pc.threads or (os.cpu_count() or 1))
+    machine = machine_label(torch.device("cpu"))
     torch.manual_seed(run.seed)
     data = corpus_sequences(pc.corpus, pc.seq_len)
     n_val = max(1, int(len(data) * pc.val_fraction))
@@ -276,7 +277,8 @@ def _pretrain(run: PretrainRun, rd: RunDir, resume: bool, log) -> list[dict]:
             if not math.isfinite(loss.item()):
                 raise LegoError(f"{rd.path}: the training loss became non-finite before step {step}; "
                                 f"the last good checkpoint is step {records[-1]['step'] if records else 0}")
-            records.append({"step": step, "time": round(elapsed, 3), "train_loss": loss.item(), "val_loss": val_loss})
+            records.append({"step": step, "time": round(elapsed, 3), "train_loss": loss.item(), "val_loss": val_loss,
+                            "machine": machine})
             # metrics first: a kill in between leaves a record past the checkpoint, which resume drops
             write_jsonl(rd / "metrics.jsonl", records)
             save_checkpoint(ckpt, model, {"step": step, "elapsed": elapsed, "kind": "pretrain", "config": asdict(run)}, opt)

@@ -36,6 +36,31 @@ def bf16_matrix_units(device: torch.device) -> bool:
     return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
+def machine_name(device: torch.device | None = None) -> str:
+    """The CPU's or GPU's model name; a CPU says when it lacks bf16 units (the same recipe runs
+    2-3x slower there, so a time needs its machine)."""
+    device = device or torch.device("cpu")
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    name = "cpu"
+    try:
+        name = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return name if bf16_matrix_units(device) else f"{name} without bf16 units"
+
+
+def machine_label(device: torch.device, dtype: torch.dtype | None = None, world: int = 1) -> str:
+    """What a run's times were measured on, e.g. "AMD EPYC without bf16 units, 1 thread, fp32"."""
+    label = f"{world} x " if world > 1 else ""
+    label += machine_name(device)
+    if device.type == "cpu":
+        threads = torch.get_num_threads()
+        label += f", {threads} thread{'s' if threads > 1 else ''}"
+    return f"{label}, {'bf16' if dtype == torch.bfloat16 else 'fp32'}"
+
+
 def resolve_dtype(name: str, device: torch.device) -> tuple[torch.dtype | None, str | None]:
     """(autocast dtype or None for fp32, a line to print when ``auto`` falls back to fp32)."""
     if name == "bf16":

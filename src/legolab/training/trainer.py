@@ -37,7 +37,7 @@ from .evaluate import evaluate
 from .objectives import objective_weights
 from .rundir import RunDir, _refuse_existing, migrate_records, read_metrics
 from .schedule import lr_factor
-from .step import make_optimizer, make_train_step, resolve_dtype
+from .step import machine_label, make_optimizer, make_train_step, resolve_dtype
 
 # Keys that may differ when resuming: they change where and how fast, not what is computed.
 RESUMABLE_CHANGES = ("train.threads", "train.log")
@@ -229,6 +229,7 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
     if dtype_note and dist.main:
         print(dtype_note, file=sys.stderr)
     train_step = make_train_step(wrapped, opt, compile=tc.compile, autocast_dtype=dtype)
+    machine = machine_label(device, dtype, dist.world)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, total, tc.warmup, tc.schedule, tc.min_lr), last_epoch=step - 1)
 
     reporter = Reporter(cfg, model, total, supervised.cpu(), init_note, dist.main, progress, step, records, rd,
@@ -322,6 +323,7 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
                     "test_acc": result["acc"], "test_loss": result["loss"],
                     "test_acc_supervised": _supervised_mean(result, supervised),
                     "test_acc_per_index": result["acc_per_index"], "test_loss_per_index": result["loss_per_index"],
+                    "machine": machine,
                 }
                 records.append(record)
                 is_best = best is None or record["valid_acc_supervised"] > best
