@@ -7,7 +7,7 @@ from conftest import TINY, strip_clock
 
 from legolab.cli import main
 from legolab.io import read_jsonl
-from legolab.reproduce import figures
+from legolab.reproduce import figures, report
 from legolab.reproduce.figures import FAILS, HOLDS, UNTESTABLE, better
 from legolab.training.step import machine_name
 
@@ -372,3 +372,9 @@ def test_lego_attention_asks_for_a_match_within_the_margin_and_a_sooner_fit_not_
     assert parts["LEGO v0 matches BERT on Task 1 (all 12 variables, within 5 points)"] == UNTESTABLE  # not run
     worse = run([1.0] * 3 + [0.5] * 9, [500, 600, 700])
     assert figures.matches({"bert": bert, "lego-v0": worse}, "lego-v0", "bert", range(12))[1] == FAILS
+
+
+def test_a_report_counts_the_runs_per_machine_even_when_a_run_moved_or_predates_the_record():
+    moved = report.run_machines([{"machine": "A"}, {"machine": "A"}, {"machine": "B"}])
+    assert moved == ["A", "B"]
+    assert report.count_machines([moved, ["A"], []]) == {"A": 2, "B": 1, "a machine not recorded (an older run)": 1}
