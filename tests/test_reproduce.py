@@ -7,8 +7,9 @@ from conftest import TINY, strip_clock
 
 from legolab.cli import main
 from legolab.io import read_jsonl
-from legolab.reproduce import figures, report
+from legolab.reproduce import figures
 from legolab.reproduce.figures import FAILS, HOLDS, UNTESTABLE, better
+from legolab.reproduce.report import count_machines, run_machines
 from legolab.training.step import machine_name
 
 VERDICTS = (HOLDS, FAILS, UNTESTABLE)
@@ -375,6 +376,6 @@ def test_lego_attention_asks_for_a_match_within_the_margin_and_a_sooner_fit_not_
 
 
 def test_a_report_counts_the_runs_per_machine_even_when_a_run_moved_or_predates_the_record():
-    moved = report.run_machines([{"machine": "A"}, {"machine": "A"}, {"machine": "B"}])
+    moved = run_machines([{"machine": "A"}, {"machine": "A"}, {"machine": "B"}])
     assert moved == ["A", "B"]
-    assert report.count_machines([moved, ["A"], []]) == {"A": 2, "B": 1, "a machine not recorded (an older run)": 1}
+    assert count_machines([moved, ["A"], []]) == {"A": 2, "B": 1, "a machine not recorded (an older run)": 1}
