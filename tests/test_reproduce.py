@@ -181,6 +181,8 @@ def test_reproduce_all_trains_the_set_then_writes_every_report_and_the_index(tmp
     assert "[fig3.md]" in index and "[fig17.md]" in index
     # fig10 could not run at all: its report says why, in one line, as the index does
     assert f"{UNTESTABLE}: the figure" in index
+    rows = {line.split(" | ")[0]: line.split(" | ") for line in index.splitlines() if line.startswith("| fig")}
+    assert re.fullmatch(r"\d+ s", rows["| fig3"][3]) and rows["| fig10"][3] == "none"  # training, summed
     assert "no cpu-scale pretraining config" in (tmp_path / "reports" / "fig10-cpu" / "fig10.md").read_text()
     # fig17 reused fig3's ALBERT and BERT: five runs in all
     assert len(list((tmp_path / "runs").iterdir())) == 5

@@ -130,24 +130,28 @@ def write_report(out: Path, fig: str, scale: str, title: str, claim: str, verdic
 
 def write_index(out_root: Path, scale: str, order: list[str], titles: dict[str, str]) -> Path:
     """``index-{scale}.md``: every figure with its verdicts, from the reports that exist."""
-    rows = ["| figure | what | verdicts | report |", "|---|---|---|---|"]
+    rows = ["| figure | what | verdicts | training, summed over runs | report |", "|---|---|---|---|---|"]
     counts = {HOLDS: 0, FAILS: 0, UNTESTABLE: 0}
     for fig in order:
         summary = out_root / f"{fig}-{scale}" / "summary.json"
         if not summary.is_file():
-            rows.append(f"| {fig} | {titles[fig]} | not run | |")
+            rows.append(f"| {fig} | {titles[fig]} | not run | | |")
             continue
         data = json.loads(summary.read_text())
         if "verdicts" not in data:  # a report of an earlier format, before verdicts
-            rows.append(f"| {fig} | {titles[fig]} | no verdict (an earlier report) | [{fig}-{scale}/]({fig}-{scale}/) |")
+            rows.append(f"| {fig} | {titles[fig]} | no verdict (an earlier report) | | [{fig}-{scale}/]({fig}-{scale}/) |")
             continue
         verdicts = data["verdicts"]
         for _, v, _ in verdicts:
             counts[v] = counts.get(v, 0) + 1
         cell = "<br>".join(f"{v}: {part}" for part, v, _ in verdicts) or "no verdict"
-        rows.append(f"| {fig} | {titles[fig]} | {cell} | [{fig}.md]({fig}-{scale}/{fig}.md) ({data.get('date', '')}) |")
+        t = data.get("train_time_s") or 0
+        cost = f"{t / 60:,.0f} min" if t >= 60 else f"{t:.0f} s" if t else "none"
+        rows.append(f"| {fig} | {titles[fig]} | {cell} | {cost} | [{fig}.md]({fig}-{scale}/{fig}.md) ({data.get('date', '')}) |")
     head = (f"# Reproductions at {scale} scale\n\nWritten by `legolab reproduce` after each figure; "
-            f"`legolab reproduce all --scale {scale}` runs them all. Verdicts so far: "
+            f"`legolab reproduce all --scale {scale}` runs them all. Training time is the runs' own "
+            "(evaluation left out), summed: with `--jobs 2` on 2 cores a figure's wall time is about half of it. "
+            "Verdicts so far: "
             + ", ".join(f"{k} {v}" for k, v in counts.items()) + ".\n\n")
     path = out_root / f"index-{scale}.md"
     write_text(path, head + "\n".join(rows) + "\n")
