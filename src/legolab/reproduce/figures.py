@@ -162,6 +162,8 @@ def sooner(S: Summary, a: str, b: str, part: str = "") -> Verdict:
     mean_step = {x: statistics.fmean(passed[x].values()) for x in (a, b)}
     if len(passed[a]) == 1:
         evidence += " (one variable each: thin evidence)"
+    else:
+        evidence += f"; mean step to {pct(PASS)}: {a} {mean_step[a]:,.0f}, {b} {mean_step[b]:,.0f}"
     return part, HOLDS if mean_step[a] < mean_step[b] else FAILS, evidence
 
 

@@ -30,8 +30,9 @@ def run_machines(records: list[dict]) -> list[str]:
 
 
 def count_machines(runs: list[list[str]]) -> dict[str, int]:
-    """machine -> how many of the runs trained on it (a run that moved counts on each)."""
-    return dict(Counter(m for machines in runs for m in machines or ["a machine not recorded (an older run)"]))
+    """machine -> how many of the runs trained on it (a run that moved counts on each; a run from
+    before records named their machine counts as unrecorded)."""
+    return dict(Counter(m for machines in runs for m in machines or ["an unrecorded machine"]))
 
 
 def run_summary(run_dir: Path) -> dict:
