@@ -101,6 +101,8 @@ def test_sigterm_saves_the_current_step_and_resume_equals_an_uninterrupted_run(t
     with pytest.raises(Interrupted, match=r"stopped at step 30 of 60 \(SIGTERM\).*legolab train --resume") as e:
         trainer.train(load_config(cfg_path), tmp_path / "stopped", progress=False)
     assert e.value.signum == signal.SIGTERM
+    last_line = (tmp_path / "stopped" / "train.log").read_text().splitlines()[-1]
+    assert last_line.startswith("stopped at step 30 (last evaluation at step 20): test accuracy")  # not "finished"
     monkeypatch.undo()
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler does not outlive the run
     assert read_checkpoint(tmp_path / "stopped" / "checkpoints" / "last.safetensors")[1]["step"] == 30

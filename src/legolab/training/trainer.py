@@ -345,7 +345,7 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
                 if dist.main:
                     save("last", {"step": step, "best": best, "elapsed": elapsed, "overlap": overlap,
                                   "config": cfg.to_dict(), "acc_sums": acc_sums.tolist()})
-                reporter.finish(records)
+                reporter.finish(records, stopped_at=step)
                 raise Interrupted(signals.caught, f"{run_dir}: stopped at step {step:,} of {total:,} "
                                   f"({signal.Signals(signals.caught).name}), checkpoint saved; continue with: "
                                   f"legolab train --resume {run_dir}")
@@ -548,8 +548,9 @@ class Reporter:
             self.tensorboard.close()
             self.tensorboard = None
 
-    def finish(self, records) -> None:
-        """The final table: last evaluation, and test accuracy where validation accuracy was best."""
+    def finish(self, records, stopped_at: int | None = None) -> None:
+        """The final table: last evaluation, and test accuracy where validation accuracy was best;
+        ``stopped_at``: the step an interrupt stopped the run at, which the log must not call finished."""
         self.close()
         if not self.main or not records:
             return
@@ -569,7 +570,9 @@ class Reporter:
                 continue
             t.add_row(f"#{i}", "yes" if self.supervised[i] else "", f"{a:.3f}", f"{l:.3f}", f"{b:.3f}")
         self.console.print(t)
-        self._log(f"finished at step {last['step']:,}: test accuracy per {self.index_name} "
+        end = f"finished at step {last['step']:,}" if stopped_at is None else \
+            f"stopped at step {stopped_at:,} (last evaluation at step {last['step']:,})"
+        self._log(f"{end}: test accuracy per {self.index_name} "
                   + " ".join(f"#{i} {a:.3f}" for i, a in enumerate(last["test_acc_per_index"]) if a is not None)
                   + f"; best validation at step {best['step']:,}")
 
