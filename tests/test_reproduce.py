@@ -385,3 +385,18 @@ def test_a_report_counts_the_runs_per_machine_even_when_a_run_moved_or_predates_
     moved = run_machines([{"machine": "A"}, {"machine": "A"}, {"machine": "B"}])
     assert moved == ["A", "B"]
     assert count_machines([moved, ["A"], []]) == {"A": 2, "B": 1, "an unrecorded machine": 1}
+
+
+def test_report_only_tells_a_run_stopped_part_way_from_one_never_started(tmp_path):
+    from legolab.io import write_jsonl
+    from legolab.reproduce.runs import _not_finished
+
+    write_configs(tmp_path, n=4)
+    run = tmp_path / "run"
+    assert _not_finished(run) == "not trained yet (--report-only)"
+    run.mkdir()
+    (run / "config.yaml").write_text((tmp_path / "configs" / "cpu" / "bert.yaml").read_text())
+    write_jsonl(run / "metrics.jsonl", [])
+    assert _not_finished(run).startswith("started but not finished, no evaluation yet;")
+    write_jsonl(run / "metrics.jsonl", [{"step": 10, "time": 1.0, "test_acc_per_index": [0.5] * 4}])
+    assert _not_finished(run).startswith("started but not finished, last evaluation at step 10;")

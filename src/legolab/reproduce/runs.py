@@ -92,6 +92,15 @@ def finished(run_dir: Path) -> bool:
     return bool(records) and records[-1]["step"] >= run_config(run_dir).train.total_steps()
 
 
+def _not_finished(run_dir: Path) -> str:
+    """Why --report-only leaves a run out: never started, or stopped part-way (and where)."""
+    if not (run_dir / "config.yaml").is_file():
+        return "not trained yet (--report-only)"
+    records = read_metrics(run_dir)
+    done = f"last evaluation at step {records[-1]['step']:,}" if records else "no evaluation yet"
+    return f"started but not finished, {done}; the same command without --report-only continues it"
+
+
 def _asked(run: Run, runs_root: Path):
     from ..training.config import load_config
 
@@ -245,7 +254,7 @@ def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: in
     trains nothing: finished runs are reported, the others named."""
     unique = list({r.name: r for r in runs}.values())
     if not train:
-        return {r.name: runs_root / r.name if finished(runs_root / r.name) else "not trained yet (--report-only)"
+        return {r.name: runs_root / r.name if finished(runs_root / r.name) else _not_finished(runs_root / r.name)
                 for r in unique}
     if jobs > 1 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise LegoError("--jobs: runs under torchrun are data-parallel already; use --jobs 1")
