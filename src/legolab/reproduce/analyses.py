@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import LegoError
 from ..io import read_jsonl
 from .figures import FAILS, HOLDS, MARGIN, STEMS, UNTESTABLE
-from .report import count_machines, run_machines
+from .report import training_cost
 from .runs import Run, finished, runs_for, train_runs
 
 
@@ -129,7 +129,7 @@ def fig10(scale, root, out, log, pretrained, threads=0, train=True, **_):
     if "pretrain" not in STEMS[scale]:
         raise LegoError(f"fig10: no {scale}-scale pretraining config (the paper pretrains BERT-base on Wikipedia "
                         "and books, which legolab does not ship)")
-    curves, train_time = {}, 0.0
+    curves = {}
     for att in ("standard", "lego-v0", "lego-v1"):
         name = f"{scale}-pretrain-{att}"
         run_dir = root / name
@@ -142,7 +142,6 @@ def fig10(scale, root, out, log, pretrained, threads=0, train=True, **_):
             pretrain(run, run_dir, resume=(run_dir / "checkpoints" / "last.safetensors").is_file(), log=log)
             records = read_jsonl(run_dir / "metrics.jsonl")
         curves[att] = records
-        train_time += records[-1].get("time", 0.0)
     plots.plot_curves({att: ([r["step"] for r in rs], [r["val_loss"] for r in rs]) for att, rs in curves.items()},
                       out / "val_loss.png", xlabel="step", ylabel="validation loss (masked LM)")
     final = {att: rs[-1]["val_loss"] for att, rs in curves.items()}
@@ -152,7 +151,7 @@ def fig10(scale, root, out, log, pretrained, threads=0, train=True, **_):
                 ("LEGO v0 ends above BERT (paper: 1.66)", HOLDS if final["lego-v0"] > final["standard"] else FAILS, evidence)]
     note = "a 4-layer, 128-wide encoder, 800 steps of 32 sequences of 128 word pieces from the Python standard " \
            "library's documentation (the paper: BERT-base on Wikipedia and books)" if scale == "cpu" else ""
-    machines = count_machines([run_machines(rs) for rs in curves.values()])
+    train_time, machines = training_cost(list(curves.values()))
     return verdicts, "![validation loss](val_loss.png)", {"curves": curves, "machines": machines}, note, train_time
 
 
@@ -186,7 +185,7 @@ def templates(scale, root, out, log, pretrained, seeds=3, jobs=1, threads=0, tra
     labelled = template_runs(scale, seeds)
     results = train_runs([r for _, r in labelled], root, log, jobs, threads, train)
     errors: dict[tuple[str, str, int], list[float]] = {}
-    body, train_time, machines = [], 0.0, []
+    body, trained = [], []
     for key, run in labelled:
         if not isinstance(results[run.name], Path):
             body.append(f"- {run.name}: {results[run.name]}")
@@ -194,8 +193,7 @@ def templates(scale, root, out, log, pretrained, seeds=3, jobs=1, threads=0, tra
         records = read_jsonl(results[run.name] / "metrics.jsonl")
         best = max(records, key=lambda r: r["valid_acc"])
         errors.setdefault(key, []).append(1 - best["test_acc"])
-        train_time += records[-1]["time"]
-        machines.append(run_machines(records))
+        trained.append(records)
     summary, lines, verdicts = {}, [], []
     for task in TEMPLATE_TASKS:
         summary[task] = {}
@@ -243,8 +241,9 @@ def templates(scale, root, out, log, pretrained, seeds=3, jobs=1, threads=0, tra
              + "\n".join(lines) + "\n\n![error vs samples](error_vs_samples.png)")
     note = "2-layer, 64-wide pre-LN encoder, 2,000 steps at lr 1e-4; classes and error instead of the seed's MSE and " \
            "loss; identity_mult 100 (docs/tasks.md)"
-    return verdicts, "\n\n".join([table, *body]), {"summary": summary, "seeds": seeds,
-                                                  "machines": count_machines(machines)}, note, train_time
+    train_time, machines = training_cost(trained)
+    return verdicts, "\n\n".join([table, *body]), {"summary": summary, "seeds": seeds, "machines": machines}, \
+        note, train_time
 
 
 # ---- seed 002: ListOps, SUM alone and jointly ------------------------------------------------------
@@ -280,15 +279,13 @@ def listops(scale, root, out, log, pretrained, seeds=3, jobs=1, threads=0, train
     results = train_runs([r for _, r in labelled], root, log, jobs, threads, train)
     acc: dict[str, dict[str, list[float]]] = {}  # "alone" | "joint" -> operator -> accuracy per seed
     majority: dict[str, float] = {}  # operator -> accuracy of always answering its most common value
-    body, train_time, machines = [], 0.0, []
+    body, trained = [], []
     for mix, run in labelled:
         if not isinstance(results[run.name], Path):
             body.append(f"- {run.name}: {results[run.name]}")
             continue
         cfg, _, model = load_run(results[run.name], "last")
-        records = read_jsonl(results[run.name] / "metrics.jsonl")
-        train_time += records[-1]["time"]
-        machines.append(run_machines(records))
+        trained.append(read_jsonl(results[run.name] / "metrics.jsonl"))
         for op in mix.split("+"):
             one = dataclasses.replace(cfg.task_config(), operators=[op])
             task = make_task("listops", one, seed=LISTOPS_TEST_SEED)
@@ -337,8 +334,9 @@ def listops(scale, root, out, log, pretrained, seeds=3, jobs=1, threads=0, train
     note = ("cpu/listops-flat: one operator over 2..5 digits (depth 1), a 4-layer 64-wide pre-LN encoder, 4,000 steps "
             "of 64 fresh expressions; seed 002 measures the smallest model that learns each mixture instead. At the "
             "cpu preset's depth 3, SM stays near chance alone and jointly even at 8,000 steps (docs/tasks/listops.md)")
+    train_time, machines = training_cost(trained)
     return verdicts, "\n\n".join([table, *body]), {"summary": summary, "seeds": seeds, "majority": majority,
-                                                  "machines": count_machines(machines)}, note, train_time
+                                                  "machines": machines}, note, train_time
 
 
 ANALYSIS_FUNCTIONS = {"fig4": fig4, "fig7": fig7, "fig9": fig9, "fig10": fig10, "templates": templates,

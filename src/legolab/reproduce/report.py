@@ -35,6 +35,11 @@ def count_machines(runs: list[list[str]]) -> dict[str, int]:
     return dict(Counter(m for machines in runs for m in machines or ["an unrecorded machine"]))
 
 
+def training_cost(runs: list[list[dict]]) -> tuple[float, dict[str, int]]:
+    """Runs' records -> their training time, summed, and ``count_machines`` of them."""
+    return sum(rs[-1].get("time", 0.0) for rs in runs if rs), count_machines([run_machines(rs) for rs in runs])
+
+
 def run_summary(run_dir: Path) -> dict:
     from ..training.runs import run_config
 
