@@ -9,7 +9,7 @@ from legolab.cli import main
 from legolab.io import read_jsonl
 from legolab.reproduce import figures
 from legolab.reproduce.figures import FAILS, HOLDS, UNTESTABLE, better
-from legolab.reproduce.report import count_machines, run_machines
+from legolab.reproduce.report import count_machines, report_seeds, run_machines
 from legolab.training.step import machine_name
 
 VERDICTS = (HOLDS, FAILS, UNTESTABLE)
@@ -182,7 +182,8 @@ def test_reproduce_all_trains_the_set_then_writes_every_report_and_the_index(tmp
     # fig10 could not run at all: its report says why, in one line, as the index does
     assert f"{UNTESTABLE}: the figure" in index
     rows = {line.split(" | ")[0]: line.split(" | ") for line in index.splitlines() if line.startswith("| fig")}
-    assert re.fullmatch(r"\d+ s", rows["| fig3"][3]) and rows["| fig10"][3] == "none"  # training, summed
+    assert re.fullmatch(r"\d+ s", rows["| fig3"][4]) and rows["| fig10"][4] == "none"  # training, summed
+    assert rows["| fig3"][3] == "1" and rows["| fig10"][3] == "1"  # seeds: the runs', else the command's
     assert "no cpu-scale pretraining config" in (tmp_path / "reports" / "fig10-cpu" / "fig10.md").read_text()
     # fig17 reused fig3's ALBERT and BERT: five runs in all
     assert len(list((tmp_path / "runs").iterdir())) == 5
@@ -385,6 +386,15 @@ def test_a_report_counts_the_runs_per_machine_even_when_a_run_moved_or_predates_
     moved = run_machines([{"machine": "A"}, {"machine": "A"}, {"machine": "B"}])
     assert moved == ["A", "B"]
     assert count_machines([moved, ["A"], []]) == {"A": 2, "B": 1, "an unrecorded machine": 1}
+
+
+def test_the_index_says_how_many_seeds_each_report_rests_on():
+    # a missing run shows as a range; an analysis gives its own count, else its command's --seeds
+    assert report_seeds({"summary": {"bert": {"seeds": 3}, "albert": {"seeds": 2}}, "command": "x --seeds 3"}) == "2-3"
+    assert report_seeds({"summary": {"bert": {"seeds": 1}}}) == "1"
+    assert report_seeds({"summary": {"add": {"MAX": {"seeds": 3}}}, "seeds": 3}) == "3"
+    assert report_seeds({"command": "legolab reproduce fig10 --seeds 2 --threads 1"}) == "2"
+    assert report_seeds({"command": "legolab reproduce fig10"}) == ""
 
 
 def test_report_only_tells_a_run_stopped_part_way_from_one_never_started(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import time
 from collections import Counter
@@ -134,18 +135,30 @@ def write_report(out: Path, fig: str, scale: str, title: str, claim: str, verdic
     return path
 
 
+def report_seeds(data: dict) -> str:
+    """The seeds a report rests on: its variants' counts (a range where runs are missing), else
+    the analysis's own count, else its command's --seeds."""
+    counts = {s["seeds"] for s in (data.get("summary") or {}).values() if isinstance(s, dict) and "seeds" in s}
+    if counts:
+        return f"{min(counts)}" if len(counts) == 1 else f"{min(counts)}-{max(counts)}"
+    if isinstance(data.get("seeds"), int):
+        return str(data["seeds"])
+    asked = re.search(r"--seeds (\d+)", data.get("command", ""))
+    return asked.group(1) if asked else ""
+
+
 def write_index(out_root: Path, scale: str, order: list[str], titles: dict[str, str]) -> Path:
     """``index-{scale}.md``: every figure with its verdicts, from the reports that exist."""
-    rows = ["| figure | what | verdicts | training, summed over runs | report |", "|---|---|---|---|---|"]
+    rows = ["| figure | what | verdicts | seeds | training, summed over runs | report |", "|---|---|---|---|---|---|"]
     counts = {HOLDS: 0, FAILS: 0, UNTESTABLE: 0}
     for fig in order:
         summary = out_root / f"{fig}-{scale}" / "summary.json"
         if not summary.is_file():
-            rows.append(f"| {fig} | {titles[fig]} | not run | | |")
+            rows.append(f"| {fig} | {titles[fig]} | not run | | | |")
             continue
         data = json.loads(summary.read_text())
         if "verdicts" not in data:  # a report of an earlier format, before verdicts
-            rows.append(f"| {fig} | {titles[fig]} | no verdict (an earlier report) | | [{fig}-{scale}/]({fig}-{scale}/) |")
+            rows.append(f"| {fig} | {titles[fig]} | no verdict (an earlier report) | | | [{fig}-{scale}/]({fig}-{scale}/) |")
             continue
         verdicts = data["verdicts"]
         for _, v, _ in verdicts:
@@ -153,7 +166,8 @@ def write_index(out_root: Path, scale: str, order: list[str], titles: dict[str, 
         cell = "<br>".join(f"{v}: {part}" for part, v, _ in verdicts) or "no verdict"
         t = data.get("train_time_s") or 0
         cost = f"{t / 60:,.0f} min" if t >= 60 else f"{t:.0f} s" if t else "none"
-        rows.append(f"| {fig} | {titles[fig]} | {cell} | {cost} | [{fig}.md]({fig}-{scale}/{fig}.md) ({data.get('date', '')}) |")
+        rows.append(f"| {fig} | {titles[fig]} | {cell} | {report_seeds(data)} | {cost} | "
+                    f"[{fig}.md]({fig}-{scale}/{fig}.md) ({data.get('date', '')}) |")
     head = (f"# Reproductions at {scale} scale\n\nWritten by `legolab reproduce` after each figure; "
             f"`legolab reproduce all --scale {scale}` runs them all. Training time is the runs' own "
             "(evaluation left out), summed: with `--jobs 2` on 2 cores a figure's wall time is about half of it. "
