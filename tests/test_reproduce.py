@@ -183,7 +183,7 @@ def test_reproduce_all_trains_the_set_then_writes_every_report_and_the_index(tmp
     assert f"{UNTESTABLE}: the figure" in index
     rows = {line.split(" | ")[0]: line.split(" | ") for line in index.splitlines() if line.startswith("| fig")}
     assert re.fullmatch(r"\d+ s", rows["| fig3"][4]) and rows["| fig10"][4] == "none"  # training, summed
-    assert rows["| fig3"][3] == "1" and rows["| fig10"][3] == "1"  # seeds: the runs', else the command's
+    assert rows["| fig3"][3] == "1" and rows["| fig10"][3] == "none"  # seeds: the runs'; fig10 never ran
     assert "no cpu-scale pretraining config" in (tmp_path / "reports" / "fig10-cpu" / "fig10.md").read_text()
     # fig17 reused fig3's ALBERT and BERT: five runs in all
     assert len(list((tmp_path / "runs").iterdir())) == 5
@@ -395,6 +395,7 @@ def test_the_index_says_how_many_seeds_each_report_rests_on():
     assert report_seeds({"summary": {"add": {"MAX": {"seeds": 3}}}, "seeds": 3}) == "3"
     assert report_seeds({"command": "legolab reproduce fig10 --seeds 2 --threads 1"}) == "2"
     assert report_seeds({"command": "legolab reproduce fig10"}) == ""
+    assert report_seeds({"seeds": 0, "command": "legolab reproduce fig10 --seeds 3"}) == "none"  # could not run
 
 
 def test_report_only_tells_a_run_stopped_part_way_from_one_never_started(tmp_path):

@@ -166,5 +166,5 @@ def _write_refusal(fig, reason, scale, out_root, command, **_):
     check_figure(fig)
     figure = FIGURES.get(fig)
     write_report(Path(out_root) / f"{fig}-{scale}", fig, scale, TITLES[fig], figure.claim if figure else ANALYSIS_CLAIMS[fig],
-                 [("the figure", UNTESTABLE, reason)], "", "", command, time.time(), {})
+                 [("the figure", UNTESTABLE, reason)], "", "", command, time.time(), {"seeds": 0})
 

@@ -137,12 +137,12 @@ def write_report(out: Path, fig: str, scale: str, title: str, claim: str, verdic
 
 def report_seeds(data: dict) -> str:
     """The seeds a report rests on: its variants' counts (a range where runs are missing), else
-    the analysis's own count, else its command's --seeds."""
+    the analysis's own count (0, a figure that could not run: none), else its command's --seeds."""
     counts = {s["seeds"] for s in (data.get("summary") or {}).values() if isinstance(s, dict) and "seeds" in s}
     if counts:
         return f"{min(counts)}" if len(counts) == 1 else f"{min(counts)}-{max(counts)}"
     if isinstance(data.get("seeds"), int):
-        return str(data["seeds"])
+        return str(data["seeds"] or "none")
     asked = re.search(r"--seeds (\d+)", data.get("command", ""))
     return asked.group(1) if asked else ""
 
