@@ -22,7 +22,8 @@ MARGIN = 0.05    # "better" means at least 5 points more mean accuracy
 # config kind -> (shipped config, overrides), per scale. At paper scale the MiniLM-shaped runs
 # of Fig. 6 and 12 are BERT-base reading word pieces, so that random, pretrained (--pretrained,
 # a local bert-base-uncased) and mimicking starts share one model.
-D3_AIDS = ["train.steps=16000", "train.scaffold_steps=6000", "train.guide_steps=6000"]  # cpu/bert-d3's
+# Task 2 keeps cpu/bert-d3's association scaffold (Task 1's recipe dropped it; D3 was not probed without it)
+D3_AIDS = ["train.steps=16000", "train.scaffold=8.0", "train.scaffold_steps=6000", "train.guide_steps=6000"]
 STEMS = {
     "cpu": {"bert": ("cpu/bert", []), "albert": ("cpu/albert", []), "minilm": ("cpu/minilm", []),
             "bert-d3": ("cpu/bert-d3", []), "albert-d3": ("cpu/albert", ["task.group=d3", *D3_AIDS]),
@@ -32,7 +33,7 @@ STEMS = {
               "bert-d3": ("paper/bert-base", ["task.group=d3"]), "albert-d3": ("paper/albert-base", ["task.group=d3"])},
 }
 SHORTCUT = "train.supervise=[0,1,2,3,4,11]"
-NO_SCAFFOLD = ["train.scaffold=0", "train.guide=0"]  # LEGO attention hard-codes what they teach
+NO_GUIDE = ["train.guide=0"]  # LEGO attention hard-codes the association map the guidance teaches
 STOCHASTIC_DEPTH = ["train.depth_min=6", "train.depth_max=12", "train.eval_depth=12"]
 DEPTHS = {"cpu": (2, 4, 6, 8), "paper": (3, 6, 9, 12)}
 CHAINS = (8, 12, 16, 20)
@@ -60,8 +61,8 @@ def catalogue(scale: str) -> dict[str, Variant]:
         "albert-0to4": Variant("albert", ("train.n_tr=5",)), "albert-0to4+11": Variant("albert", (SHORTCUT,)),
         "bert-thin": Variant("bert", tuple(THIN[scale])),
         "d3-bert": Variant("bert-d3"), "d3-albert": Variant("albert-d3"), "d3-mimic-bert": Variant("bert-d3", mimic=True),
-        "lego-v0": Variant("bert", ("model.attention=lego-v0", *NO_SCAFFOLD)),
-        "lego-v1": Variant("bert", ("model.attention=lego-v1", *NO_SCAFFOLD)),
+        "lego-v0": Variant("bert", ("model.attention=lego-v0", *NO_GUIDE)),
+        "lego-v1": Variant("bert", ("model.attention=lego-v1", *NO_GUIDE)),
         "identity-scaled": Variant("bert", ("model.identity_scaled=true",)),
     }
     for init in ("random", "pretrained", "mimic"):

@@ -16,8 +16,9 @@ from .figures import FAILS, HOLDS, PASS, UNTESTABLE, Verdict
 
 SCALE_NOTES = {
     "cpu": "**Scaled down (CPU scale).** 6-layer, 64-wide pre-LN encoders (ALBERT: one shared layer) trained "
-           "with the CPU recipe of `docs/cpu_recipe.md`: a kernel-7 convolution on each attention input, an "
-           "association scaffold annealed away by step 6,000, guidance, deep and operand supervision; "
+           "with the CPU recipe of `docs/cpu_recipe.md`: a kernel-7 convolution on each attention input, "
+           "guidance of head 0 toward the association map annealed away by step 6,000, deep and operand "
+           "supervision (Task 2 also an association scaffold, gone by step 12,000); "
            "8,000 steps of 32 fresh sentences (Task 2: 16,000); 2,000 test sentences. The paper: 12 layers, "
            "768 wide, post-LN, Adam 5e-5, batch 1,000, 200 epochs of 120,000 sentences, no aids.",
     "paper": "**Paper scale.** The paper's setting (appendix B.2): 12 layers, 768 wide, Adam 5e-5, batch 1,000, "
