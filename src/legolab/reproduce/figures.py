@@ -33,7 +33,7 @@ STEMS = {
               "bert-d3": ("paper/bert-base", ["task.group=d3"]), "albert-d3": ("paper/albert-base", ["task.group=d3"])},
 }
 SHORTCUT = "train.supervise=[0,1,2,3,4,11]"
-NO_GUIDE = ["train.guide=0"]  # LEGO attention hard-codes the association map the guidance teaches
+NO_GUIDE = "train.guide=0"  # LEGO attention hard-codes the association map the guidance teaches
 STOCHASTIC_DEPTH = ["train.depth_min=6", "train.depth_max=12", "train.eval_depth=12"]
 DEPTHS = {"cpu": (2, 4, 6, 8), "paper": (3, 6, 9, 12)}
 CHAINS = (8, 12, 16, 20)
@@ -61,8 +61,8 @@ def catalogue(scale: str) -> dict[str, Variant]:
         "albert-0to4": Variant("albert", ("train.n_tr=5",)), "albert-0to4+11": Variant("albert", (SHORTCUT,)),
         "bert-thin": Variant("bert", tuple(THIN[scale])),
         "d3-bert": Variant("bert-d3"), "d3-albert": Variant("albert-d3"), "d3-mimic-bert": Variant("bert-d3", mimic=True),
-        "lego-v0": Variant("bert", ("model.attention=lego-v0", *NO_GUIDE)),
-        "lego-v1": Variant("bert", ("model.attention=lego-v1", *NO_GUIDE)),
+        "lego-v0": Variant("bert", ("model.attention=lego-v0", NO_GUIDE)),
+        "lego-v1": Variant("bert", ("model.attention=lego-v1", NO_GUIDE)),
         "identity-scaled": Variant("bert", ("model.identity_scaled=true",)),
     }
     for init in ("random", "pretrained", "mimic"):
