@@ -130,8 +130,8 @@ def _training_figure(fig, scale, labelled, results, out):
     if fig == "fig5" and groups:
         sweep = _depth_sweep(groups)
         summary["depth_sweep"] = sweep
-        body.append("Accuracy (%) per chain index at each test depth (seed 0, on a separate sample of 2,000 sentences,\n"
-                    "so depth 12 differs from the table above by a few points):\n\n" + "\n".join(
+        body.append(f"Accuracy (%) per chain index at each test depth (seed 0, on a separate sample of\n"
+                    f"{DEPTH_SWEEP_SENTENCES:,} sentences, so depth 12 differs from the table above by a few points):\n\n" + "\n".join(
             f"- {label}, depth {depth}: " + " ".join(f"{100 * a:.0f}" for a in accs)
             for label, rows in sweep.items() for depth, accs in rows.items()))
     if problems:
@@ -144,6 +144,9 @@ def _training_figure(fig, scale, labelled, results, out):
                                           "machines": machines}, "", train_time
 
 
+DEPTH_SWEEP_SENTENCES = 2000
+
+
 def _depth_sweep(groups) -> dict:
     import torch
 
@@ -154,7 +157,7 @@ def _depth_sweep(groups) -> dict:
     sweep = {}
     for label, dirs in groups.items():
         _, task, model = load_run(dirs[0], "last")
-        data = TensorBatch.from_batch(task.sample("depth-sweep", range(2000)))
+        data = TensorBatch.from_batch(task.sample("depth-sweep", range(DEPTH_SWEEP_SENTENCES)))
         sweep[label] = {}
         for depth in (4, 6, 8, 10, 12, 14, 16, 20):
             with torch.no_grad():
