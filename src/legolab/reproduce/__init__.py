@@ -23,6 +23,8 @@ __all__ = ["ANALYSES", "FIGURES", "ORDER", "Run", "SCALE_NOTES", "TEMPLATE_MODEL
            "ensure_run", "figure_runs", "mimic_settings", "reproduce", "runs_for", "template_runs"]
 
 TITLES = {**{f: FIGURES[f].title for f in FIGURES}, **ANALYSES}
+# Fig. 5's sweep over test depths draws its own sample, so its report must name the size.
+DEPTH_SWEEP_SENTENCES = 2000
 
 
 def figure_runs(fig: str, scale: str, seeds: int, pretrained: str | None = None, overrides: list[str] = (),
@@ -142,9 +144,6 @@ def _training_figure(fig, scale, labelled, results, out):
     machines = count_machines([m for s in trained for m in s["machines"]])
     return verdicts, "\n\n".join(body), {"summary": summary, "runs": runs, "problems": problems,
                                           "machines": machines}, "", train_time
-
-
-DEPTH_SWEEP_SENTENCES = 2000
 
 
 def _depth_sweep(groups) -> dict:
