@@ -33,6 +33,7 @@ def test_pretraining_lowers_validation_loss(tmp_path, attention):
 
 def test_pretraining_resumes_exactly_and_initialises_train(tmp_path, tiny_config, monkeypatch):
     from legolab.training import pretrain as pt
+    from legolab.training.checkpoint import read_checkpoint
 
     assert run_pretrain(tmp_path, "--name", "full", "pretrain.steps=9") == 0
     real = pt.save_checkpoint
@@ -47,6 +48,9 @@ def test_pretraining_resumes_exactly_and_initialises_train(tmp_path, tiny_config
     monkeypatch.setattr(pt, "save_checkpoint", killed_after_second)
     assert run_pretrain(tmp_path, "--name", "killed", "pretrain.steps=9") == 130  # interrupted
     monkeypatch.setattr(pt, "save_checkpoint", real)
+    # the step-3 checkpoint lies in the published directory, and nothing is left beside it
+    assert read_checkpoint(tmp_path / "runs" / "killed" / "checkpoints" / "last.safetensors")[1]["step"] == 3
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["full", "killed"]
     assert main(["pretrain", "--resume", str(tmp_path / "runs" / "killed")]) == 0
     assert strip_clock(read_jsonl(tmp_path / "runs" / "killed" / "metrics.jsonl")) == \
         strip_clock(read_jsonl(tmp_path / "runs" / "full" / "metrics.jsonl"))
@@ -55,7 +59,6 @@ def test_pretraining_resumes_exactly_and_initialises_train(tmp_path, tiny_config
                               "norm": "pre"}, task={"group": "sign", "n": 4}, train={"steps": 2, "eval_every": 2})
     assert main(["train", str(path), f"train.init={tmp_path / 'runs' / 'full'}", "--runs", str(tmp_path / "lego"),
                  "--no-progress"]) == 0
-    from legolab.training.checkpoint import read_checkpoint
     from legolab.training.runs import load_run
 
     _, _, model = load_run(tmp_path / "lego" / "tiny", "last")
@@ -80,3 +83,31 @@ def test_one_schedule_for_every_loop_and_pretraining_honours_min_lr():
     assert lr_factor(99, 100, 0, "cosine", 0.2) > 0.2 - 1e-9 and lr_factor(50, 100, 0, "constant") == 1.0
     run = load_pretrain_config(None, ["pretrain.schedule=linear", "pretrain.min_lr=0.1"])
     assert (run.pretrain.schedule, run.pretrain.min_lr) == ("linear", 0.1)
+
+
+def test_fig10_pretrains_every_seed_and_reports_mean_and_range(tmp_path, monkeypatch):
+    import yaml
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT)
+    (tmp_path / "configs" / "cpu").mkdir(parents=True)
+    (tmp_path / "configs" / "cpu" / "pretrain.yaml").write_text(yaml.safe_dump({
+        "name": "cpu-pretrain", "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "max_len": 32,
+                                          "tokenizer": "wordpiece"},
+        "pretrain": {"corpus": str(corpus), "seq_len": 32, "batch_size": 8, "steps": 6, "eval_every": 3,
+                     "val_fraction": 0.1}}))
+    monkeypatch.chdir(tmp_path)
+    assert main(["reproduce", "fig10", "--seeds", "2", "--threads", "1"]) == 0
+    runs = tmp_path / "runs"
+    assert sorted(p.name for p in runs.iterdir()) == sorted(
+        f"cpu-pretrain-{a}-s{s}" for a in ("standard", "lego-v0", "lego-v1") for s in (0, 1))
+    finals = [read_jsonl(runs / f"cpu-pretrain-standard-s{s}" / "metrics.jsonl")[-1]["val_loss"] for s in (0, 1)]
+    assert finals[0] != finals[1]  # each seed is its own run
+    report = (tmp_path / "reports" / "fig10-cpu" / "fig10.md").read_text()
+    assert "mean (min-max) over 2 seeds" in report and f"({min(finals):.3f}-{max(finals):.3f})" in report
+    assert "| fig10 |" in (tmp_path / "reports" / "index-cpu.md").read_text()
+    assert "| 2 |" in [r for r in (tmp_path / "reports" / "index-cpu.md").read_text().splitlines()
+                       if r.startswith("| fig10")][0]
+    before = (runs / "cpu-pretrain-lego-v1-s1" / "metrics.jsonl").read_bytes()
+    assert main(["reproduce", "fig10", "--seeds", "2", "--report-only"]) == 0  # reuses, trains nothing
+    assert (runs / "cpu-pretrain-lego-v1-s1" / "metrics.jsonl").read_bytes() == before

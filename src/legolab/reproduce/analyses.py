@@ -121,38 +121,48 @@ def fig9(scale, root, out, log, pretrained, **_):
     return verdicts, body, {"flops": rows}, "exact counts at BERT-base size; latency: `legolab flops`", None
 
 
-def fig10(scale, root, out, log, pretrained, threads=0, train=True, **_):
-    """Masked-LM pretraining of BERT vs LEGO v0 / v1: validation loss curves."""
+def fig10(scale, root, out, log, pretrained, seeds=1, threads=0, train=True, **_):
+    """Masked-LM pretraining of BERT vs LEGO v0 / v1, ``seeds`` runs each, one after another (each
+    run takes every core, or ``threads``): validation loss curves, mean and min-max over seeds."""
     from ..analysis import plots
     from ..training.pretrain import load_pretrain_config, pretrain
 
     if "pretrain" not in STEMS[scale]:
         raise LegoError(f"fig10: no {scale}-scale pretraining config (the paper pretrains BERT-base on Wikipedia "
                         "and books, which legolab does not ship)")
-    curves = {}
+    curves: dict[str, list[list[dict]]] = {}
     for att in ("standard", "lego-v0", "lego-v1"):
-        name = f"{scale}-pretrain-{att}"
-        run_dir = root / name
-        records = read_jsonl(run_dir / "metrics.jsonl")
-        run = load_pretrain_config(STEMS[scale]["pretrain"][0], [f"model.attention={att}", f"name={name}"]
-                                   + ([f"pretrain.threads={threads}"] if threads else []))
-        if not records or records[-1]["step"] < run.pretrain.steps:
-            if not train:
-                raise LegoError(f"fig10: {run_dir} is not pretrained yet (--report-only)")
-            pretrain(run, run_dir, resume=(run_dir / "checkpoints" / "last.safetensors").is_file(), log=log)
-            records = read_jsonl(run_dir / "metrics.jsonl")
-        curves[att] = records
-    plots.plot_curves({att: ([r["step"] for r in rs], [r["val_loss"] for r in rs]) for att, rs in curves.items()},
+        for seed in range(seeds):
+            name = f"{scale}-pretrain-{att}-s{seed}"
+            run_dir = root / name
+            records = read_jsonl(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").is_file() else []
+            run = load_pretrain_config(STEMS[scale]["pretrain"][0], [f"model.attention={att}", f"name={name}",
+                                                                     f"seed={seed}"]
+                                       + ([f"pretrain.threads={threads}"] if threads else []))
+            if not records or records[-1]["step"] < run.pretrain.steps:
+                if not train:
+                    raise LegoError(f"fig10: {run_dir} is not pretrained yet (--report-only)")
+                pretrain(run, run_dir, resume=(run_dir / "checkpoints" / "last.safetensors").is_file(), log=log)
+                records = read_jsonl(run_dir / "metrics.jsonl")
+            curves.setdefault(att, []).append(records)
+    plots.plot_curves({f"{att}{f' (mean of {seeds} seeds)' if seeds > 1 else ''}":
+                       ([r["step"] for r in rs[0]], [statistics.fmean(x) for x in zip(*(
+                           [r["val_loss"] for r in one] for one in rs))])
+                       for att, rs in curves.items()},
                       out / "val_loss.png", xlabel="step", ylabel="validation loss (masked LM)")
-    final = {att: rs[-1]["val_loss"] for att, rs in curves.items()}
-    evidence = "final validation loss: " + ", ".join(f"{a} {v:.3f}" for a, v in final.items())
+    finals = {att: [one[-1]["val_loss"] for one in rs] for att, rs in curves.items()}
+    final = {att: statistics.fmean(v) for att, v in finals.items()}
+    evidence = (f"final validation loss{', mean (min-max) over ' + str(seeds) + ' seeds' if seeds > 1 else ''}: "
+                + ", ".join(f"{a} {final[a]:.3f}" + (f" ({min(v):.3f}-{max(v):.3f})" if seeds > 1 else "")
+                            for a, v in finals.items()))
     verdicts = [("LEGO v1 ends at or below BERT's validation loss (paper: 1.47 vs 1.49)",
                  HOLDS if final["lego-v1"] <= final["standard"] + 0.01 else FAILS, evidence),
                 ("LEGO v0 ends above BERT (paper: 1.66)", HOLDS if final["lego-v0"] > final["standard"] else FAILS, evidence)]
     note = "a 4-layer, 128-wide encoder, 800 steps of 32 sequences of 128 word pieces from the Python standard " \
            "library's documentation (the paper: BERT-base on Wikipedia and books)" if scale == "cpu" else ""
-    train_time, machines = training_cost(list(curves.values()))
-    return verdicts, "![validation loss](val_loss.png)", {"curves": curves, "machines": machines}, note, train_time
+    train_time, machines = training_cost([one for rs in curves.values() for one in rs])
+    return verdicts, "![validation loss](val_loss.png)", {"curves": curves, "seeds": seeds, "machines": machines}, \
+        note, train_time
 
 
 # ---- seed 004: templates with unseen symbols ------------------------------------------------------

@@ -233,7 +233,7 @@ def _pretrain(run: PretrainRun, rd: RunDir, resume: bool, log) -> list[dict]:
     opt = make_optimizer(model, pc.lr, pc.weight_decay)
 
     step, records, elapsed = 0, [], 0.0
-    ckpt = rd / "checkpoints" / "last.safetensors"
+    ckpt = rd / "checkpoints" / "last.safetensors"  # the path before publish(): saves below ask rd again
     if resume:
         if not ckpt.is_file():
             raise LegoError(f"{rd.path}: nothing to resume, no checkpoint yet")
@@ -281,7 +281,8 @@ def _pretrain(run: PretrainRun, rd: RunDir, resume: bool, log) -> list[dict]:
                             "machine": machine})
             # metrics first: a kill in between leaves a record past the checkpoint, which resume drops
             write_jsonl(rd / "metrics.jsonl", records)
-            save_checkpoint(ckpt, model, {"step": step, "elapsed": elapsed, "kind": "pretrain", "config": asdict(run)}, opt)
+            save_checkpoint(rd / "checkpoints" / "last.safetensors", model,
+                            {"step": step, "elapsed": elapsed, "kind": "pretrain", "config": asdict(run)}, opt)
             log(f"step {step:>6d}/{pc.steps}  {elapsed:7.1f}s  train loss {loss.item():.3f}  validation loss {val_loss:.3f}")
             t0 = time.perf_counter()
     return records
