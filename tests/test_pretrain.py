@@ -85,7 +85,7 @@ def test_one_schedule_for_every_loop_and_pretraining_honours_min_lr():
     assert (run.pretrain.schedule, run.pretrain.min_lr) == ("linear", 0.1)
 
 
-def test_fig10_pretrains_every_seed_and_reports_mean_and_range(tmp_path, monkeypatch):
+def test_fig10_pretrains_every_seed_and_reports_mean_and_range(tmp_path, monkeypatch, capsys):
     import yaml
 
     corpus = tmp_path / "corpus.txt"
@@ -110,4 +110,10 @@ def test_fig10_pretrains_every_seed_and_reports_mean_and_range(tmp_path, monkeyp
                        if r.startswith("| fig10")][0]
     before = (runs / "cpu-pretrain-lego-v1-s1" / "metrics.jsonl").read_bytes()
     assert main(["reproduce", "fig10", "--seeds", "2", "--report-only"]) == 0  # reuses, trains nothing
+    assert (runs / "cpu-pretrain-lego-v1-s1" / "metrics.jsonl").read_bytes() == before
+    config = tmp_path / "configs" / "cpu" / "pretrain.yaml"
+    config.write_text(config.read_text().replace("steps: 6", "steps: 9"))
+    assert main(["reproduce", "fig10", "--seeds", "2"]) == 2  # a run of another config is refused, not extended
+    assert "cpu-pretrain-standard-s0 holds a pretraining run of another config (pretrain.steps: 6 -> 9)" \
+        in capsys.readouterr().err
     assert (runs / "cpu-pretrain-lego-v1-s1" / "metrics.jsonl").read_bytes() == before

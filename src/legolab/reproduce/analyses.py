@@ -125,26 +125,35 @@ def fig10(scale, root, out, log, pretrained, seeds=1, threads=0, train=True, **_
     """Masked-LM pretraining of BERT vs LEGO v0 / v1, ``seeds`` runs each, one after another (each
     run takes every core, or ``threads``): validation loss curves, mean and min-max over seeds."""
     from ..analysis import plots
+    from ..training.config import diff_configs
     from ..training.pretrain import load_pretrain_config, pretrain
 
     if "pretrain" not in STEMS[scale]:
         raise LegoError(f"fig10: no {scale}-scale pretraining config (the paper pretrains BERT-base on Wikipedia "
                         "and books, which legolab does not ship)")
-    curves: dict[str, list[list[dict]]] = {}
+    planned = []
     for att in ("standard", "lego-v0", "lego-v1"):
         for seed in range(seeds):
             name = f"{scale}-pretrain-{att}-s{seed}"
-            run_dir = root / name
-            records = read_jsonl(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").is_file() else []
             run = load_pretrain_config(STEMS[scale]["pretrain"][0], [f"model.attention={att}", f"name={name}",
                                                                      f"seed={seed}"]
                                        + ([f"pretrain.threads={threads}"] if threads else []))
-            if not records or records[-1]["step"] < run.pretrain.steps:
-                if not train:
-                    raise LegoError(f"fig10: {run_dir} is not pretrained yet (--report-only)")
-                pretrain(run, run_dir, resume=(run_dir / "checkpoints" / "last.safetensors").is_file(), log=log)
-                records = read_jsonl(run_dir / "metrics.jsonl")
-            curves.setdefault(att, []).append(records)
+            held = root / name / "config.yaml"  # refused before anything trains, as training runs are
+            changes = diff_configs(load_pretrain_config(held, []), run, ignore=("pretrain.threads",)) \
+                if held.is_file() else []
+            if changes:
+                raise LegoError(f"{root / name} holds a pretraining run of another config ({'; '.join(changes[:3])}): "
+                                "move it away, or give reproduce another --runs directory")
+            planned.append((att, run, root / name))
+    curves: dict[str, list[list[dict]]] = {}
+    for att, run, run_dir in planned:
+        records = read_jsonl(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").is_file() else []
+        if not records or records[-1]["step"] < run.pretrain.steps:
+            if not train:
+                raise LegoError(f"fig10: {run_dir} is not pretrained yet (--report-only)")
+            pretrain(run, run_dir, resume=(run_dir / "checkpoints" / "last.safetensors").is_file(), log=log)
+            records = read_jsonl(run_dir / "metrics.jsonl")
+        curves.setdefault(att, []).append(records)
     plots.plot_curves({f"{att}{f' (mean of {seeds} seeds)' if seeds > 1 else ''}":
                        ([r["step"] for r in rs[0]], [statistics.fmean(x) for x in zip(*(
                            [r["val_loss"] for r in one] for one in rs))])

@@ -93,8 +93,11 @@ class PretrainRun:
                                                                    tokenizer="wordpiece", max_len=128))
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
 
+    def to_dict(self) -> dict:
+        return asdict(self)
+
     def to_yaml(self) -> str:
-        return yaml.safe_dump(asdict(self), sort_keys=False)
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
     @staticmethod
     def from_dict(data: dict) -> PretrainRun:
