@@ -14,7 +14,7 @@ from ..errors import LegoError
 from ..io import read_jsonl
 from .figures import FAILS, HOLDS, MARGIN, STEMS, UNTESTABLE
 from .report import training_cost
-from .runs import Run, finished, runs_for, train_runs
+from .runs import Run, finished, refuse_another_config, runs_for, train_runs
 
 
 def _correlation(xs, ys) -> float | None:
@@ -125,7 +125,6 @@ def fig10(scale, root, out, log, pretrained, seeds=1, threads=0, train=True, **_
     """Masked-LM pretraining of BERT vs LEGO v0 / v1, ``seeds`` runs each, one after another (each
     run takes every core, or ``threads``): validation loss curves, mean and min-max over seeds."""
     from ..analysis import plots
-    from ..training.config import diff_configs
     from ..training.pretrain import load_pretrain_config, pretrain
 
     if "pretrain" not in STEMS[scale]:
@@ -138,12 +137,8 @@ def fig10(scale, root, out, log, pretrained, seeds=1, threads=0, train=True, **_
             run = load_pretrain_config(STEMS[scale]["pretrain"][0], [f"model.attention={att}", f"name={name}",
                                                                      f"seed={seed}"]
                                        + ([f"pretrain.threads={threads}"] if threads else []))
-            held = root / name / "config.yaml"  # refused before anything trains, as training runs are
-            changes = diff_configs(load_pretrain_config(held, []), run, ignore=("pretrain.threads",)) \
-                if held.is_file() else []
-            if changes:
-                raise LegoError(f"{root / name} holds a pretraining run of another config ({'; '.join(changes[:3])}): "
-                                "move it away, or give reproduce another --runs directory")
+            refuse_another_config(root / name, run, "a pretraining run", ignore=("pretrain.threads",),
+                                  read=lambda d: load_pretrain_config(d / "config.yaml", []))  # before any training
             planned.append((att, run, root / name))
     curves: dict[str, list[list[dict]]] = {}
     for att, run, run_dir in planned:
@@ -155,8 +150,7 @@ def fig10(scale, root, out, log, pretrained, seeds=1, threads=0, train=True, **_
             records = read_jsonl(run_dir / "metrics.jsonl")
         curves.setdefault(att, []).append(records)
     plots.plot_curves({f"{att}{f' (mean of {seeds} seeds)' if seeds > 1 else ''}":
-                       ([r["step"] for r in rs[0]], [statistics.fmean(x) for x in zip(*(
-                           [r["val_loss"] for r in one] for one in rs))])
+                       ([r["step"] for r in rs[0]], [statistics.fmean(r["val_loss"] for r in at) for at in zip(*rs)])
                        for att, rs in curves.items()},
                       out / "val_loss.png", xlabel="step", ylabel="validation loss (masked LM)")
     finals = {att: [one[-1]["val_loss"] for one in rs] for att, rs in curves.items()}

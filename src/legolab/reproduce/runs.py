@@ -117,7 +117,7 @@ def check_leftovers(runs: list[Run], runs_root: Path) -> None:
     from ..training.mimic import stage_config
 
     for run in runs:
-        _refuse_another_config(runs_root / run.name, _asked(run, runs_root)[0], "a run")
+        refuse_another_config(runs_root / run.name, _asked(run, runs_root)[0], "a run")
         if run.mimic:
             mimic_dir = runs_root / f"{run.name}-mimic-init"
             held = _mimic_steps(mimic_dir)
@@ -126,17 +126,19 @@ def check_leftovers(runs: list[Run], runs_root: Path) -> None:
                                 f"not {run.mimic['steps']}: move it away or pass --mimic-steps to match")
             asked = stage_config(load_config(run.config, run.overrides), run.mimic["residual_init"],
                                  run.mimic.get("dropout"))
-            _refuse_another_config(mimic_dir, asked, "a mimicking stage")
+            refuse_another_config(mimic_dir, asked, "a mimicking stage")
 
 
-def _refuse_another_config(run_dir: Path, asked, what: str) -> None:
+def refuse_another_config(run_dir: Path, asked, what: str, read=None, ignore: tuple[str, ...] | None = None) -> None:
+    """One line if ``run_dir`` holds a config other than ``asked`` (read by ``read``: a training
+    run's by default; ``ignore``: the changes a resume may make)."""
     from ..training.config import diff_configs
     from ..training.runs import run_config
     from ..training.trainer import RESUMABLE_CHANGES
 
     if not (run_dir / "config.yaml").is_file():
         return
-    changes = diff_configs(run_config(run_dir), asked, ignore=RESUMABLE_CHANGES)
+    changes = diff_configs((read or run_config)(run_dir), asked, ignore=RESUMABLE_CHANGES if ignore is None else ignore)
     if changes:
         raise LegoError(f"{run_dir} holds {what} of another config ({'; '.join(changes[:3])}"
                         f"{f'; {len(changes) - 3} more' if len(changes) > 3 else ''}): move it away, "
