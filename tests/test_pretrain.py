@@ -1,4 +1,5 @@
 import importlib.util
+import os
 
 import pytest
 import torch
@@ -97,10 +98,12 @@ def test_fig10_pretrains_every_seed_and_reports_mean_and_range(tmp_path, monkeyp
         "pretrain": {"corpus": str(corpus), "seq_len": 32, "batch_size": 8, "steps": 6, "eval_every": 3,
                      "val_fraction": 0.1}}))
     monkeypatch.chdir(tmp_path)
-    assert main(["reproduce", "fig10", "--seeds", "2", "--threads", "1"]) == 0
+    assert main(["reproduce", "fig10", "--seeds", "2", "--jobs", "2"]) == 0  # side by side, one thread each
     runs = tmp_path / "runs"
     assert sorted(p.name for p in runs.iterdir()) == sorted(
         f"cpu-pretrain-{a}-s{s}" for a in ("standard", "lego-v0", "lego-v1") for s in (0, 1))
+    held = yaml.safe_load((runs / "cpu-pretrain-lego-v0-s1" / "config.yaml").read_text())
+    assert held["pretrain"]["threads"] == max(1, (os.cpu_count() or 1) // 2)  # each job its share of the cores
     finals = [read_jsonl(runs / f"cpu-pretrain-standard-s{s}" / "metrics.jsonl")[-1]["val_loss"] for s in (0, 1)]
     assert finals[0] != finals[1]  # each seed is its own run
     report = (tmp_path / "reports" / "fig10-cpu" / "fig10.md").read_text()
@@ -110,6 +113,8 @@ def test_fig10_pretrains_every_seed_and_reports_mean_and_range(tmp_path, monkeyp
     before = (runs / "cpu-pretrain-lego-v1-s1" / "metrics.jsonl").read_bytes()
     assert main(["reproduce", "fig10", "--seeds", "2", "--report-only"]) == 0  # reuses, trains nothing
     assert (runs / "cpu-pretrain-lego-v1-s1" / "metrics.jsonl").read_bytes() == before
+    assert main(["reproduce", "fig10", "--seeds", "3", "--report-only"]) == 2  # no mean over fewer seeds than asked
+    assert "fig10: cpu-pretrain-standard-s2: not trained yet (--report-only) (2 more)" in capsys.readouterr().err
     config = tmp_path / "configs" / "cpu" / "pretrain.yaml"
     config.write_text(config.read_text().replace("steps: 6", "steps: 9"))
     assert main(["reproduce", "fig10", "--seeds", "2"]) == 2  # a run of another config is refused, not extended

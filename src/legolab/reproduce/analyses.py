@@ -14,7 +14,7 @@ from ..errors import LegoError
 from ..io import read_jsonl
 from .figures import FAILS, HOLDS, MARGIN, STEMS, UNTESTABLE
 from .report import training_cost
-from .runs import Run, finished, refuse_another_config, runs_for, train_runs
+from .runs import Run, finished, runs_for, train_runs
 
 
 def _correlation(xs, ys) -> float | None:
@@ -121,34 +121,25 @@ def fig9(scale, root, out, log, pretrained, **_):
     return verdicts, body, {"flops": rows}, "exact counts at BERT-base size; latency: `legolab flops`", None
 
 
-def fig10(scale, root, out, log, pretrained, seeds=1, threads=0, train=True, **_):
-    """Masked-LM pretraining of BERT vs LEGO v0 / v1, ``seeds`` runs each, one after another (each
-    run takes every core, or ``threads``): validation loss curves, mean and min-max over seeds."""
+def fig10(scale, root, out, log, pretrained, seeds=1, jobs=1, threads=0, train=True, **_):
+    """Masked-LM pretraining of BERT vs LEGO v0 / v1, ``seeds`` runs each (``jobs`` side by side):
+    validation loss curves, mean and min-max over seeds."""
     from ..analysis import plots
-    from ..training.pretrain import load_pretrain_config, pretrain
 
     if "pretrain" not in STEMS[scale]:
         raise LegoError(f"fig10: no {scale}-scale pretraining config (the paper pretrains BERT-base on Wikipedia "
                         "and books, which legolab does not ship)")
-    planned = []
-    for att in ("standard", "lego-v0", "lego-v1"):
-        for seed in range(seeds):
-            name = f"{scale}-pretrain-{att}-s{seed}"
-            run = load_pretrain_config(STEMS[scale]["pretrain"][0], [f"model.attention={att}", f"name={name}",
-                                                                     f"seed={seed}"]
-                                       + ([f"pretrain.threads={threads}"] if threads else []))
-            refuse_another_config(root / name, run, "a pretraining run", ignore=("pretrain.threads",),
-                                  read=lambda d: load_pretrain_config(d / "config.yaml", []))  # before any training
-            planned.append((att, run, root / name))
+    config, base = STEMS[scale]["pretrain"]
+    planned = [(att, Run(f"{scale}-pretrain-{att}-s{seed}", config, [*base, f"model.attention={att}", f"seed={seed}"],
+                         pretrain=True))
+               for att in ("standard", "lego-v0", "lego-v1") for seed in range(seeds)]
+    results = train_runs([run for _, run in planned], root, log, jobs, threads, train)
+    missing = [f"{run.name}: {results[run.name]}" for _, run in planned if not isinstance(results[run.name], Path)]
+    if missing:  # a mean over fewer seeds than asked would not compare like with like
+        raise LegoError(f"fig10: {missing[0]}" + (f" ({len(missing) - 1} more)" if len(missing) > 1 else ""))
     curves: dict[str, list[list[dict]]] = {}
-    for att, run, run_dir in planned:
-        records = read_jsonl(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").is_file() else []
-        if not records or records[-1]["step"] < run.pretrain.steps:
-            if not train:
-                raise LegoError(f"fig10: {run_dir} is not pretrained yet (--report-only)")
-            pretrain(run, run_dir, resume=(run_dir / "checkpoints" / "last.safetensors").is_file(), log=log)
-            records = read_jsonl(run_dir / "metrics.jsonl")
-        curves.setdefault(att, []).append(records)
+    for att, run in planned:
+        curves.setdefault(att, []).append(read_jsonl(results[run.name] / "metrics.jsonl"))
     plots.plot_curves({f"{att}{f' (mean of {seeds} seeds)' if seeds > 1 else ''}":
                        ([r["step"] for r in rs[0]], [statistics.fmean(r["val_loss"] for r in at) for at in zip(*rs)])
                        for att, rs in curves.items()},

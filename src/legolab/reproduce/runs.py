@@ -26,6 +26,7 @@ class Run:
     config: str
     overrides: list[str] = field(default_factory=list)
     mimic: dict | None = None  # settings of the mimicking stage that initialises the run
+    pretrain: bool = False  # a masked-LM pretraining run (training/pretrain.py, fig10), not a LEGO one
 
 
 def mimic_settings(scale: str, arch: str, steps: int | None = None) -> dict:
@@ -83,13 +84,20 @@ def runs_for(fig_labels: list[str], scale: str, seeds: int, pretrained: str | No
     return out
 
 
-def finished(run_dir: Path) -> bool:
+def finished(run_dir: Path, pretrain: bool = False) -> bool:
     if not (run_dir / "config.yaml").is_file():
         return False
     from ..training.runs import run_config
 
     records = read_metrics(run_dir)
-    return bool(records) and records[-1]["step"] >= run_config(run_dir).train.total_steps()
+    steps = _read_pretrain(run_dir).pretrain.steps if pretrain else run_config(run_dir).train.total_steps()
+    return bool(records) and records[-1]["step"] >= steps
+
+
+def _read_pretrain(run_dir: Path):
+    from ..training.pretrain import load_pretrain_config
+
+    return load_pretrain_config(run_dir / "config.yaml", [])
 
 
 def _not_finished(run_dir: Path) -> str:
@@ -104,6 +112,10 @@ def _not_finished(run_dir: Path) -> str:
 def _asked(run: Run, runs_root: Path):
     from ..training.config import load_config
 
+    if run.pretrain:
+        from ..training.pretrain import load_pretrain_config
+
+        return load_pretrain_config(run.config, [*run.overrides, f"name={run.name}"]), run.overrides
     overrides = list(run.overrides)
     if run.mimic:
         overrides.append(f"train.init={runs_root / f'{run.name}-mimic-init'}")
@@ -117,6 +129,10 @@ def check_leftovers(runs: list[Run], runs_root: Path) -> None:
     from ..training.mimic import stage_config
 
     for run in runs:
+        if run.pretrain:
+            refuse_another_config(runs_root / run.name, _asked(run, runs_root)[0], "a pretraining run",
+                                  read=_read_pretrain, ignore=("pretrain.threads",))
+            continue
         refuse_another_config(runs_root / run.name, _asked(run, runs_root)[0], "a run")
         if run.mimic:
             mimic_dir = runs_root / f"{run.name}-mimic-init"
@@ -169,10 +185,17 @@ def ensure_run(run: Run, runs_root: Path, log) -> Path:
     from ..training.trainer import start_or_resume
 
     run_dir = runs_root / run.name
-    if finished(run_dir):
+    if finished(run_dir, run.pretrain):
         log(f"{run.name}: done, reused")
         return run_dir
     asked, overrides = _asked(run, runs_root)
+    if run.pretrain:
+        from ..training.pretrain import pretrain
+
+        resume = (run_dir / "checkpoints" / "last.safetensors").is_file()
+        log(f"{run.name}: {'resuming' if resume else 'pretraining'}")
+        pretrain(asked, run_dir, resume=resume, log=log)
+        return run_dir
     mimic_dir = runs_root / f"{run.name}-mimic-init"
     mimicked = mimic_dir / "checkpoints" / "last.safetensors"
     if run.mimic and not mimicked.is_file():
@@ -256,14 +279,15 @@ def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: in
     trains nothing: finished runs are reported, the others named."""
     unique = list({r.name: r for r in runs}.values())
     if not train:
-        return {r.name: runs_root / r.name if finished(runs_root / r.name) else _not_finished(runs_root / r.name)
+        return {r.name: runs_root / r.name if finished(runs_root / r.name, r.pretrain) else _not_finished(runs_root / r.name)
                 for r in unique}
     if jobs > 1 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise LegoError("--jobs: runs under torchrun are data-parallel already; use --jobs 1")
     threads = threads or (max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else 0)
     if threads:
         for r in unique:
-            r.overrides = [o for o in r.overrides if not o.startswith("train.threads=")] + [f"train.threads={threads}"]
+            key = "pretrain.threads" if r.pretrain else "train.threads"
+            r.overrides = [o for o in r.overrides if not o.startswith(f"{key}=")] + [f"{key}={threads}"]
     check_leftovers(unique, runs_root)
     results: dict[str, Path | str] = {}
     if jobs <= 1 or len(unique) == 1:
