@@ -9,7 +9,7 @@ from legolab.cli import main
 from legolab.io import read_jsonl
 from legolab.reproduce import figures
 from legolab.reproduce.figures import FAILS, HOLDS, UNTESTABLE, better
-from legolab.reproduce.report import count_machines, report_seeds, run_machines
+from legolab.reproduce.report import SCALE_NOTES, count_machines, report_seeds, run_machines
 from legolab.training.step import machine_name
 
 VERDICTS = (HOLDS, FAILS, UNTESTABLE)
@@ -325,6 +325,10 @@ def test_report_only_trains_nothing_and_names_what_is_missing(tmp_path, monkeypa
     text = (tmp_path / "reports" / "fig17-cpu" / "fig17.md").read_text()
     assert "- bert-thin, cpu-bert-thin-s0: not trained yet (--report-only)" in text
     assert f"**{UNTESTABLE}** | runs missing: bert-thin, albert" in text
+    assert SCALE_NOTES["cpu"] in text
+    assert main(["reproduce", "fig12", "--seeds", "1", "--report-only"]) == 0
+    minilm = (tmp_path / "reports" / "fig12-cpu" / "fig12.md").read_text()
+    assert SCALE_NOTES["cpu-minilm"] in minilm and "kernel-7" not in minilm  # not the 6 x 64 recipe's runs
 
 
 @pytest.mark.slow

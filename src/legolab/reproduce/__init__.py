@@ -102,9 +102,16 @@ def _one(fig, scale, seeds, runs_root, out_root, pretrained, log, threads, mimic
         note = "; ".join(x for x in (note, f"every run also took `{' '.join(overrides)}`") if x)
     claim = figure.claim if figure else ANALYSIS_CLAIMS[fig]
     path = write_report(out, fig, scale, TITLES[fig], claim, verdicts, body, note, command, started, data, train_time,
-                        lego_runs=fig not in ("fig9", "fig10", "templates", "listops"))
+                        setting=_setting(fig, scale))
     write_index(Path(out_root), scale, ORDER, TITLES)
     return path
+
+
+def _setting(fig: str, scale: str) -> str | None:
+    """The key of ``SCALE_NOTES`` for ``fig``'s runs: None where it has no LEGO runs."""
+    if fig in ("fig9", "fig10", "templates", "listops"):
+        return None
+    return "cpu-minilm" if scale == "cpu" and fig in ("fig6", "fig7", "fig12") else scale
 
 
 def _training_figure(fig, scale, labelled, results, out):
@@ -169,5 +176,6 @@ def _write_refusal(fig, reason, scale, out_root, command, **_):
     check_figure(fig)
     figure = FIGURES.get(fig)
     write_report(Path(out_root) / f"{fig}-{scale}", fig, scale, TITLES[fig], figure.claim if figure else ANALYSIS_CLAIMS[fig],
-                 [("the figure", UNTESTABLE, reason)], "", "", command, time.time(), {"seeds": 0})
+                 [("the figure", UNTESTABLE, reason)], "", "", command, time.time(), {"seeds": 0},
+                 setting=_setting(fig, scale))
 

@@ -21,6 +21,12 @@ SCALE_NOTES = {
            "supervision (Task 2 also an association scaffold, gone by step 12,000); "
            "8,000 steps of 32 fresh sentences (Task 2: 16,000); 2,000 test sentences. The paper: 12 layers, "
            "768 wide, post-LN, Adam 5e-5, batch 1,000, 200 epochs of 120,000 sentences, no aids.",
+    # Figs. 6, 7 and 12 compare initialisations of the MiniLM shape, which the 6 x 64 recipe's attention aids would blur
+    "cpu-minilm": "**Scaled down (CPU scale).** The MiniLM shape (BERT, 6 layers, 384 wide, 12 heads, post-LN, "
+                  "word pieces) trained with the cpu/minilm config: AdamW 1e-4, batch 32, no dropout, deep and "
+                  "operand supervision, none of the 6 x 64 recipe's attention aids (convolution, guidance, scaffold), "
+                  "which would teach the attention that the initialisations are compared on; 1,000 test sentences. "
+                  "The paper: BERT-base, Adam 5e-5, batch 1,000, 200 epochs of 120,000 sentences, no aids.",
     "paper": "**Paper scale.** The paper's setting (appendix B.2): 12 layers, 768 wide, Adam 5e-5, batch 1,000, "
              "cosine schedule, 200 epochs of 10^4 n sentences.",
 }
@@ -112,10 +118,10 @@ def verdict_table(verdicts: list[Verdict]) -> str:
 
 def write_report(out: Path, fig: str, scale: str, title: str, claim: str, verdicts: list[Verdict], body: str,
                  note: str, command: str, started: float, data: dict, train_time: float | None = None,
-                 lego_runs: bool = True) -> Path:
-    """``out/FIG.md`` and ``out/summary.json``; returns the report's path. ``lego_runs``: the
-    figure rests on LEGO training runs, so the scale's note on them applies; ``data["machines"]``
-    (from ``count_machines``) says where the runs trained."""
+                 setting: str | None = None) -> Path:
+    """``out/FIG.md`` and ``out/summary.json``; returns the report's path. ``setting``: the key of
+    ``SCALE_NOTES`` that says how the figure's LEGO runs were scaled (None: it has none, ``note``
+    says it all); ``data["machines"]`` (from ``count_machines``) says where the runs trained."""
     wall = time.time() - started
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     timing = f"wall time of this command {wall:,.0f} s on {machine_name()}"
@@ -123,8 +129,8 @@ def write_report(out: Path, fig: str, scale: str, title: str, claim: str, verdic
         on = "; ".join(f"{m} ({k} run{'s' if k > 1 else ''})" for m, k in data.get("machines", {}).items())
         timing += f" (training time of its runs, summed: {train_time:,.0f} s{', on ' + on if on else ''}; " \
                   "finished runs are reused)"
-    if lego_runs:
-        setting = SCALE_NOTES[scale] + (f" This figure: {note}." if note else "")
+    if setting:
+        setting = SCALE_NOTES[setting] + (f" This figure: {note}." if note else "")
     else:
         setting = f"**Setting.** {note}." if note else ""
     text = (f"# {fig} ({scale} scale): {title}\n\n**The paper's claim.** {claim}\n\n{verdict_table(verdicts)}\n"
