@@ -1,5 +1,6 @@
 import importlib.util
 import os
+import signal
 
 import pytest
 import torch
@@ -54,6 +55,20 @@ def test_pretraining_resumes_exactly_and_initialises_train(tmp_path, tiny_config
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["full", "killed"]
     assert main(["pretrain", "--resume", str(tmp_path / "runs" / "killed")]) == 0
     assert strip_clock(read_jsonl(tmp_path / "runs" / "killed" / "metrics.jsonl")) == \
+        strip_clock(read_jsonl(tmp_path / "runs" / "full" / "metrics.jsonl"))
+    # SIGTERM between evaluations: a checkpoint at that very step, the exit status says which signal
+    def terminated_at_4(s, *a):
+        if s == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_factor(s, *a)
+
+    real_factor = pt.lr_factor
+    monkeypatch.setattr(pt, "lr_factor", terminated_at_4)
+    assert run_pretrain(tmp_path, "--name", "stopped", "pretrain.steps=9") == 128 + signal.SIGTERM
+    monkeypatch.setattr(pt, "lr_factor", real_factor)
+    assert read_checkpoint(tmp_path / "runs" / "stopped" / "checkpoints" / "last.safetensors")[1]["step"] == 4
+    assert main(["pretrain", "--resume", str(tmp_path / "runs" / "stopped")]) == 0
+    assert strip_clock(read_jsonl(tmp_path / "runs" / "stopped" / "metrics.jsonl")) == \
         strip_clock(read_jsonl(tmp_path / "runs" / "full" / "metrics.jsonl"))
     # the encoder initialises a LEGO model that reads word pieces
     path = tiny_config(model={"n_layers": 1, "d_model": 32, "n_heads": 2, "max_len": 32, "tokenizer": "wordpiece",

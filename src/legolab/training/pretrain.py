@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import math
 import os
+import signal
 import sysconfig
 import time
 from dataclasses import asdict, dataclass, field
@@ -30,7 +31,7 @@ import torch.nn.functional as F
 import yaml
 from torch import nn
 
-from ..errors import ConfigError, LegoError
+from ..errors import ConfigError, Interrupted, LegoError
 from ..io import read_jsonl, write_jsonl, write_text
 from ..models import Encoder, ModelConfig
 from ..models.tokenizer import BERT_CLS, BERT_MASK, BERT_PAD, BERT_SEP, BERT_VOCAB_SIZE
@@ -39,6 +40,7 @@ from .config import _build, _coerce, apply_overrides, read_config_file, validate
 from .rundir import RunDir
 from .schedule import SCHEDULES, lr_factor
 from .step import machine_label, make_optimizer
+from .trainer import _Signals
 
 CLS, SEP, MASK, PAD, VOCAB = BERT_CLS, BERT_SEP, BERT_MASK, BERT_PAD, BERT_VOCAB_SIZE
 
@@ -258,35 +260,45 @@ def _pretrain(run: PretrainRun, rd: RunDir, resume: bool, log) -> list[dict]:
         f"{model.encoder.num_parameters(exclude_embeddings=True):,} parameters without embeddings; "
         f"{len(train):,} training and {len(val):,} validation sequences of {pc.seq_len} word pieces")
     t0 = time.perf_counter()
-    while step < pc.steps:
-        g = torch.Generator().manual_seed(run.seed * 1_000_003 + step)
-        idx = torch.randint(0, len(train), (pc.batch_size,), generator=g)
-        inputs, labels = mask_tokens(train[idx], pc.mask_prob, g)
-        loss = model(inputs, labels)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if pc.clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), pc.clip, foreach=True)
-        opt.step()
-        sched.step()
-        step += 1
-        if step % pc.eval_every == 0 or step == pc.steps:
+    with _Signals() as signals:
+        while step < pc.steps:
+            g = torch.Generator().manual_seed(run.seed * 1_000_003 + step)
+            idx = torch.randint(0, len(train), (pc.batch_size,), generator=g)
+            inputs, labels = mask_tokens(train[idx], pc.mask_prob, g)
+            loss = model(inputs, labels)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if pc.clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), pc.clip, foreach=True)
+            opt.step()
+            sched.step()
+            step += 1
+            evaluate = step % pc.eval_every == 0 or step == pc.steps
+            if not evaluate and signals.caught is None:
+                continue
             elapsed += time.perf_counter() - t0
-            model.eval()
-            with torch.no_grad():
-                val_loss = sum(float(model(x, y)) * int((y >= 0).sum()) for x, y in val_batches) / \
-                    sum(int((y >= 0).sum()) for _, y in val_batches)
-            model.train()
-            if not math.isfinite(loss.item()):
-                raise LegoError(f"{rd.path}: the training loss became non-finite before step {step}; "
-                                f"the last good checkpoint is step {records[-1]['step'] if records else 0}")
-            records.append({"step": step, "time": round(elapsed, 3), "train_loss": loss.item(), "val_loss": val_loss,
-                            "machine": machine})
-            # metrics first: a kill in between leaves a record past the checkpoint, which resume drops
-            write_jsonl(rd / "metrics.jsonl", records)
+            if evaluate:
+                model.eval()
+                with torch.no_grad():
+                    val_loss = sum(float(model(x, y)) * int((y >= 0).sum()) for x, y in val_batches) / \
+                        sum(int((y >= 0).sum()) for _, y in val_batches)
+                model.train()
+                if not math.isfinite(loss.item()):
+                    raise LegoError(f"{rd.path}: the training loss became non-finite before step {step}; "
+                                    f"the last good checkpoint is step {records[-1]['step'] if records else 0}")
+                records.append({"step": step, "time": round(elapsed, 3), "train_loss": loss.item(),
+                                "val_loss": val_loss, "machine": machine})
+                # metrics first: a kill in between leaves a record past the checkpoint, which resume drops
+                write_jsonl(rd / "metrics.jsonl", records)
             save_checkpoint(rd / "checkpoints" / "last.safetensors", model,
                             {"step": step, "elapsed": elapsed, "kind": "pretrain", "config": asdict(run)}, opt)
-            log(f"step {step:>6d}/{pc.steps}  {elapsed:7.1f}s  train loss {loss.item():.3f}  validation loss {val_loss:.3f}")
+            if evaluate:
+                log(f"step {step:>6d}/{pc.steps}  {elapsed:7.1f}s  train loss {loss.item():.3f}  "
+                    f"validation loss {val_loss:.3f}")
+            if signals.caught is not None and step < pc.steps:  # between evaluations too: no step is lost
+                raise Interrupted(signals.caught, f"{rd.path}: pretraining stopped at step {step:,} of {pc.steps:,} "
+                                                  f"({signal.Signals(signals.caught).name}), checkpoint saved; "
+                                                  f"continue with: legolab pretrain --resume {rd.path}")
             t0 = time.perf_counter()
     return records
 
