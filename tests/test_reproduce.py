@@ -6,6 +6,7 @@ import yaml
 from conftest import TINY, strip_clock
 
 from legolab.cli import main
+from legolab.errors import LegoError
 from legolab.io import read_jsonl
 from legolab.reproduce import figures
 from legolab.reproduce.figures import FAILS, HOLDS, UNTESTABLE, better
@@ -189,6 +190,26 @@ def test_reproduce_all_trains_the_set_then_writes_every_report_and_the_index(tmp
     assert len(list((tmp_path / "runs").iterdir())) == 5
 
 
+def test_reproduce_all_queues_the_analyses_own_runs_with_the_figures(tmp_path, monkeypatch):
+    """So that --jobs keeps every lane busy across the set, pretraining and sweeps included."""
+    import legolab.reproduce as reproduce
+
+    write_configs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    queued = []
+
+    def record(runs, *args, **kwargs):
+        queued.extend(runs)
+        raise LegoError("recorded")
+
+    monkeypatch.setattr(reproduce, "train_runs", record)
+    assert main(["reproduce", "all", "--seeds", "2"]) == 2
+    names = {run.name for run in queued}
+    assert {"cpu-bert-s1", "cpu-pretrain-lego-v1-s1", "cpu-template-aba-abb-standard-n16-s1",
+            "cpu-listops-flat-sm-s1"} <= names
+    assert [run.pretrain for run in queued].count(True) == 6
+
+
 @pytest.mark.slow
 def test_runs_side_by_side_train_the_same_bytes_as_one_after_another(tmp_path, monkeypatch):
     for sub, jobs in (("a", "1"), ("b", "2")):
@@ -232,7 +253,6 @@ def test_paper_scale_path_runs_end_to_end_with_a_shrunk_model(tmp_path, monkeypa
 
 
 def test_every_figure_resolves_to_valid_configs_at_both_scales(tmp_path, monkeypatch):
-    from legolab.errors import LegoError
     from legolab.reproduce import FIGURES, figure_runs
     from legolab.training.config import load_config
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from ..errors import LegoError
-from .analyses import ANALYSIS_FUNCTIONS, TEMPLATE_MODELS, TEMPLATE_SIZES, TEMPLATE_TASKS, template_runs
+from .analyses import ANALYSIS_FUNCTIONS, ANALYSIS_RUNS, TEMPLATE_MODELS, TEMPLATE_SIZES, TEMPLATE_TASKS, template_runs
 from .figures import ANALYSES, ANALYSIS_CLAIMS, FIGURES, ORDER, UNTESTABLE, check_figure
 from .report import SCALE_NOTES, accuracy_table, count_machines, first_pass_table, summarise, write_index, write_report
 from .runs import Run, ensure_run, finished, mimic_settings, one_line, runs_for, train_runs
@@ -55,9 +55,12 @@ def reproduce(fig: str, scale: str = "cpu", seeds: int = 3, runs_root: str = "ru
     if fig == "all":
         # every training run of the set first, so that --jobs keeps every lane busy
         every = []
-        for name in FIGURES:
+        for name in ORDER:
             try:
-                every += [run for _, run in figure_runs(name, scale, seeds, pretrained, overrides, mimic_steps)]
+                if name in FIGURES:
+                    every += [run for _, run in figure_runs(name, scale, seeds, pretrained, overrides, mimic_steps)]
+                elif name in ANALYSIS_RUNS:
+                    every += [run for _, run in ANALYSIS_RUNS[name](scale, seeds)]
             except LegoError:
                 pass  # the figure's own report says why
         train_runs(every, Path(runs_root), log, jobs, threads, train)

@@ -121,18 +121,23 @@ def fig9(scale, root, out, log, pretrained, **_):
     return verdicts, body, {"flops": rows}, "exact counts at BERT-base size; latency: `legolab flops`", None
 
 
+def pretrain_runs(scale: str, seeds: int) -> list[tuple[str, Run]]:
+    """(attention, Run) of fig10's masked-LM runs."""
+    if "pretrain" not in STEMS[scale]:
+        raise LegoError(f"fig10: no {scale}-scale pretraining config (the paper pretrains BERT-base on Wikipedia "
+                        "and books, which legolab does not ship)")
+    config, base = STEMS[scale]["pretrain"]
+    return [(att, Run(f"{scale}-pretrain-{att}-s{seed}", config, [*base, f"model.attention={att}", f"seed={seed}"],
+                      pretrain=True))
+            for att in ("standard", "lego-v0", "lego-v1") for seed in range(seeds)]
+
+
 def fig10(scale, root, out, log, pretrained, seeds=1, jobs=1, threads=0, train=True, **_):
     """Masked-LM pretraining of BERT vs LEGO v0 / v1, ``seeds`` runs each (``jobs`` side by side):
     validation loss curves, mean and min-max over seeds."""
     from ..analysis import plots
 
-    if "pretrain" not in STEMS[scale]:
-        raise LegoError(f"fig10: no {scale}-scale pretraining config (the paper pretrains BERT-base on Wikipedia "
-                        "and books, which legolab does not ship)")
-    config, base = STEMS[scale]["pretrain"]
-    planned = [(att, Run(f"{scale}-pretrain-{att}-s{seed}", config, [*base, f"model.attention={att}", f"seed={seed}"],
-                         pretrain=True))
-               for att in ("standard", "lego-v0", "lego-v1") for seed in range(seeds)]
+    planned = pretrain_runs(scale, seeds)
     results = train_runs([run for _, run in planned], root, log, jobs, threads, train)
     missing = [f"{run.name}: {results[run.name]}" for _, run in planned if not isinstance(results[run.name], Path)]
     if missing:  # a mean over fewer seeds than asked would not compare like with like
@@ -343,5 +348,7 @@ def listops(scale, root, out, log, pretrained, seeds=3, jobs=1, threads=0, train
                                                   "machines": machines}, note, train_time
 
 
+# the analyses that train runs of their own: (scale, seeds) -> [(key, Run)], raising LegoError where none apply
+ANALYSIS_RUNS = {"fig10": pretrain_runs, "templates": template_runs, "listops": listops_runs}
 ANALYSIS_FUNCTIONS = {"fig4": fig4, "fig7": fig7, "fig9": fig9, "fig10": fig10, "templates": templates,
                       "listops": listops}
