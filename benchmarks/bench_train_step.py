@@ -1,13 +1,15 @@
 """Training-step and inference throughput of legolab's BERT against transformers'
 BertForTokenClassification at the same shape, side by side in one run: transformers (eager,
 sdpa), legolab fp32 (sdpa kernel, math kernel), legolab bf16 (autocast: fp32 master weights and
-loss, bf16 matmuls on the matrix units), and with ``--compile`` the torch.compile variants.
+loss, bf16 matmuls on the matrix units), the CPU recipe's step (kernel-7 convolution, deep
+supervision and association guidance, as in its first 6,000 steps) with the sdpa kernel and with
+``auto``, and with ``--compile`` the torch.compile variants.
 
 Same layers/width/heads/FFN, pre-LN, sequence length 62 (n = 12), same batch, AdamW, loss on the
 12 read-out tokens. MFU is printed against this machine's measured fp32 and bf16 matmul peaks;
 ratios are against legolab fp32 (sdpa), the default before the bf16 path.
 
-    python benchmarks/bench_train_step.py [--layers 6 --width 64 --heads 4 --batch 32] [--compile]
+    python benchmarks/bench_train_step.py [--layers 6 --width 64 --heads 4 --batch 32] [--compile] [--only recipe]
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="alternate the contenders this many times")
     ap.add_argument("--compile", action="store_true", help="also time legolab with torch.compile")
     ap.add_argument("--no-hf", action="store_true", help="leave transformers out")
+    ap.add_argument("--only", default="", help="time only the contenders whose name contains this (plus the baseline)")
     args = ap.parse_args()
 
     torch.manual_seed(0)
@@ -96,19 +99,29 @@ def main() -> None:
             hf_opt = torch.optim.AdamW(hf.parameters(), lr=1e-4)
             train_fns[f"transformers {impl}"] = (lambda m=hf, o=hf_opt: hf_step(m, o, tokens, labels))
             infer_fns[f"transformers {impl}"] = (lambda m=hf: _no_grad(lambda: m.eval()(input_ids=ev_tokens)))
-    variants = [("legolab fp32 sdpa", "sdpa", None, False), ("legolab fp32 math", "math", None, False),
-                ("legolab bf16", "math", torch.bfloat16, False)]
+    # (name, kernel, autocast dtype, compiled, CPU recipe: kernel-7 convolution, deep supervision, guidance)
+    variants = [("legolab fp32 sdpa", "sdpa", None, False, False), ("legolab fp32 math", "math", None, False, False),
+                ("legolab bf16", "math", torch.bfloat16, False, False),
+                ("recipe fp32 sdpa", "sdpa", None, False, True), ("recipe fp32 auto", "auto", None, False, True)]
     if args.compile:
-        variants += [("legolab fp32 compiled", "math", None, True), ("legolab bf16 compiled", "math", torch.bfloat16, True)]
-    for name, impl, dtype, compiled in variants:
-        cfg = ModelConfig(n_layers=args.layers, d_model=args.width, n_heads=args.heads, norm="pre", attn_impl=impl)
+        variants += [("legolab fp32 compiled", "math", None, True, False),
+                     ("legolab bf16 compiled", "math", torch.bfloat16, True, False)]
+    for name, impl, dtype, compiled, recipe in variants:
+        cfg = ModelConfig(n_layers=args.layers, d_model=args.width, n_heads=args.heads, norm="pre", attn_impl=impl,
+                          conv=7 if recipe else 0)
         model = TokenClassifier(cfg, len(task.vocab), task.num_classes).train()
         opt = make_optimizer(model, lr=1e-4, weight_decay=0.0)
         step = make_train_step(model, opt, compile=compiled, autocast_dtype=dtype)
         mask = torch.ones_like(targets, dtype=torch.bool)
-        train_fns[name] = (lambda s=step, m=mask: s(tokens, positions, targets, m, depth=None, clip=1.0))
+        aids = {"deep": 1.0, "guide": 1.0} if recipe else None
+        train_fns[name] = (lambda s=step, m=mask, a=aids: s(tokens, positions, targets, m, depth=None, clip=1.0,
+                                                              objectives=a))
         infer_fns[name] = (lambda m=model, d=dtype: _infer(m, ev_tokens, ev_positions, d))
 
+    if args.only:
+        keep = lambda name: args.only in name or name == "legolab fp32 sdpa"  # noqa: E731
+        train_fns = {k: v for k, v in train_fns.items() if keep(k)}
+        infer_fns = {k: v for k, v in infer_fns.items() if keep(k)}
     threads = torch.get_num_threads()
     # without bf16 matrix units bf16 matmuls are emulated (under 1 GFLOP/s): no peak worth timing
     has_bf16 = bf16_matrix_units(torch.device("cpu"))

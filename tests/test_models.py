@@ -103,6 +103,28 @@ def test_identity_scaled_attention_starts_as_the_plain_model():
     assert not torch.allclose(scaled(x, pos), plain(x, pos))
 
 
+def test_auto_kernel_on_a_cpu_trains_with_matmuls_and_infers_with_sdpa(monkeypatch):
+    """Training reads the scores (guidance), which SDPA would compute a second time; fp32 inference
+    is faster fused. Observing the pattern through a hook takes the same kernel as not observing."""
+    import torch.nn.functional as F
+
+    fused, real = [], F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: fused.append(1) or real(*a, **k))
+    torch.manual_seed(0)
+    m = TokenClassifier(ModelConfig(n_layers=2, d_model=32, n_heads=4), V, C).eval()
+    x, pos = tokens()
+    trained = m(x, pos)
+    assert not fused
+    cache = ActivationCache(["blocks.*.attn.hook_attn_scores"])
+    assert torch.equal(m(x, pos, cache=cache), trained) and len(cache) == 2 and not fused
+    with torch.no_grad():
+        inferred = m(x, pos)
+        assert len(fused) == 2
+        observed = m(x, pos, cache=ActivationCache(["blocks.*.attn.hook_pattern"]))
+    assert torch.equal(observed, inferred) and len(fused) == 4
+    assert torch.allclose(inferred, trained, atol=1e-5)
+
+
 @pytest.mark.parametrize("key,value,message", [
     ("arch", "gpt", "model.arch"), ("n_heads", 5, "model.n_heads: must divide"), ("norm", "mid", "model.norm"),
     ("dropout", 1.0, "model.dropout"), ("d_embed", 16, "ALBERT"), ("attention", "linear", "model.attention"),

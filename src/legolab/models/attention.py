@@ -96,9 +96,13 @@ def identity_scores(x_q: torch.Tensor, x: torch.Tensor, positions: torch.Tensor 
 
 
 def _auto_impl(q: torch.Tensor) -> str:
-    """math for bf16 on a CPU (SDPA's CPU backward is ~6x slower there), SDPA otherwise (as fast
-    or faster in fp32 on a CPU, fused and memory-lean on a GPU)."""
-    return "math" if q.device.type == "cpu" and q.dtype == torch.bfloat16 else "sdpa"
+    """On a CPU: math wherever gradients flow (SDPA's CPU backward is ~6x slower in bf16 and no
+    faster in fp32, and the recipe's guidance reads the scores, which SDPA would compute twice)
+    and for bf16; SDPA for fp32 inference (~1.25x faster at batch 1,000). On a GPU: SDPA, fused
+    and memory-lean. A forward observed through hooks takes the same kernel as one that is not."""
+    if q.device.type != "cpu":
+        return "sdpa"
+    return "math" if q.dtype == torch.bfloat16 or torch.is_grad_enabled() else "sdpa"
 
 
 # model.attention -> a factory (ModelConfig -> module with forward(x, ctx, name, positions)
@@ -119,7 +123,7 @@ class SelfAttention(nn.Module):
     """``impl`` picks the kernel and nothing else does: ``sdpa`` (F.scaled_dot_product_attention,
     the fused kernel GPUs want), ``math`` (softmax(QK^T / sqrt(d_head)) V as plain matmuls: on a
     CPU as fast in fp32 and 6x faster in bf16 backward than SDPA's CPU kernel at LEGO's short
-    sequences), or ``auto`` (math for bf16 on a CPU, sdpa otherwise). Asking for ``hook_pattern`` only
+    sequences), or ``auto`` (``_auto_impl``: on a CPU math to train, sdpa for fp32 inference). Asking for ``hook_pattern`` only
     observes: under sdpa the probabilities are computed beside the fused kernel, not instead."""
 
     def __init__(self, d_model: int, n_heads: int, attn_dropout: float = 0.0, identity_scaled: bool = False,

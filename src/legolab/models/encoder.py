@@ -58,7 +58,7 @@ class ModelConfig:
                                        # (a local checkpoint's vocabulary): models/tokenizer.py
     activation: str = "gelu"           # gelu (exact, BERT) | gelu_tanh (ALBERT's gelu_new) | relu
     attention: str = "standard"        # standard | lego-v0 | lego-v1 (section 5)
-    attn_impl: str = "auto"            # auto (math for bf16 on CPU, else sdpa) | math | sdpa: the kernel only
+    attn_impl: str = "auto"            # auto (CPU: math to train or in bf16; else sdpa) | math | sdpa: the kernel only
     identity_scaled: bool = False      # seed 004's two trainable scalars per head
     identity_mult: float = 1.0         # fixed multiplier of a and b (seed 004's *_id_mult): Adam moves them
                                        # identity_mult times faster
