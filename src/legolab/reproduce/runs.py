@@ -4,7 +4,8 @@ A run is named ``{scale}-{label}-s{seed}``. Two labels whose configs are equal a
 one run (fig15's n = 12 is fig3's ``bert``), under the first label of ``catalogue``'s order.
 A run directory of a run's name is reused only if it holds that config; any other is refused,
 before anything trains. Independent runs can train side by side (``jobs``), each in its own
-process with its share of the threads.
+process with its share of the threads. Fig. 10's masked-LM runs (``Run.pretrain``) take the same
+path with training/pretrain.py's config and loop.
 """
 
 from __future__ import annotations
