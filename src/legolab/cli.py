@@ -387,7 +387,7 @@ def cmd_flops(args) -> int:
 def cmd_pretrain(args) -> int:
     from pathlib import Path
 
-    from .training.pretrain import PretrainRun, load_pretrain_config, pretrain
+    from .training.pretrain import load_pretrain_config, pretrain
 
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     if args.resume:
@@ -397,10 +397,7 @@ def cmd_pretrain(args) -> int:
         run_dir = Path(args.resume)
         if not (run_dir / "config.yaml").is_file():
             raise LegoError(f"{run_dir}: not a run directory (no config.yaml)")
-        import yaml
-
-        run = PretrainRun.from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()))
-        pretrain(run, run_dir, resume=True, log=log)
+        pretrain(load_pretrain_config(run_dir / "config.yaml", []), run_dir, resume=True, log=log)
         return 0
     config, overrides = _split_config_args(args.config)
     if args.attention:

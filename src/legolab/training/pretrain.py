@@ -290,11 +290,10 @@ def _pretrain(run: PretrainRun, rd: RunDir, resume: bool, log) -> list[dict]:
                                 "val_loss": val_loss, "machine": machine})
                 # metrics first: a kill in between leaves a record past the checkpoint, which resume drops
                 write_jsonl(rd / "metrics.jsonl", records)
-            save_checkpoint(rd / "checkpoints" / "last.safetensors", model,
-                            {"step": step, "elapsed": elapsed, "kind": "pretrain", "config": asdict(run)}, opt)
-            if evaluate:
                 log(f"step {step:>6d}/{pc.steps}  {elapsed:7.1f}s  train loss {loss.item():.3f}  "
                     f"validation loss {val_loss:.3f}")
+            save_checkpoint(rd / "checkpoints" / "last.safetensors", model,
+                            {"step": step, "elapsed": elapsed, "kind": "pretrain", "config": asdict(run)}, opt)
             if signals.caught is not None and step < pc.steps:  # between evaluations too: no step is lost
                 raise Interrupted(signals.caught, f"{rd.path}: pretraining stopped at step {step:,} of {pc.steps:,} "
                                                   f"({signal.Signals(signals.caught).name}), checkpoint saved; "
