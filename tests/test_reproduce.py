@@ -166,6 +166,33 @@ def test_sigterm_to_reproduce_with_jobs_checkpoints_every_worker_and_starts_no_q
     assert len(list((tmp_path / "runs").iterdir())) == 2
 
 
+def test_a_worker_starts_no_run_once_the_parent_was_signalled(tmp_path, monkeypatch):
+    """A signal on a run's last step finishes that run (the trainer absorbs it): the parent's
+    event, not the worker's own handler, must then keep the worker from its next queued run."""
+    import multiprocessing
+    import signal
+
+    from legolab.errors import Interrupted
+    from legolab.reproduce import runs
+    from legolab.reproduce.runs import Run
+
+    write_configs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    event = multiprocessing.get_context("spawn").Event()
+    try:
+        runs._worker_start(event)
+        event.set()
+        with pytest.raises(Interrupted, match="cpu-bert-s0: not started") as e:
+            runs._worker(Run("cpu-bert-s0", "configs/cpu/bert.yaml"), str(tmp_path / "runs"))
+        assert e.value.signum == signal.SIGTERM
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        runs._stop_event = None
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.slow
 def test_reproduce_all_trains_the_set_then_writes_every_report_and_the_index(tmp_path, monkeypatch):
     import legolab.reproduce as reproduce

@@ -232,11 +232,15 @@ def one_line(e: BaseException) -> str:
 
 _stopped_by: int | None = None  # in a worker: the signal that stopped it; later runs are refused
 _running: str | None = None      # in a worker: the run under way (the trainer has its own handler)
+_stop_event = None               # in a worker: set by the parent once it was signalled
 
 
-def _worker_start() -> None:
+def _worker_start(stop_event=None) -> None:
     """A signal between runs must not kill the worker (that breaks the pool and the other runs)."""
     import signal
+
+    global _stop_event
+    _stop_event = stop_event
 
     def stop(signum, frame):
         global _stopped_by
@@ -249,11 +253,14 @@ def _worker_start() -> None:
 
 
 def _worker(run: Run, runs_root: str) -> str:
+    import signal
     import sys
 
     global _stopped_by, _running
-    if _stopped_by is not None:
-        raise Interrupted(_stopped_by, f"{run.name}: not started")
+    # the parent's event also covers a signal the trainer absorbed on a run's last step, which
+    # finished that run and left this worker free to take the next one
+    if _stopped_by is not None or (_stop_event is not None and _stop_event.is_set()):
+        raise Interrupted(_stopped_by or signal.SIGTERM, f"{run.name}: not started")  # the parent sends SIGTERM
     _running = run.name
     try:
         return str(ensure_run(run, Path(runs_root), lambda m: print(m, file=sys.stderr, flush=True)))
@@ -309,9 +316,12 @@ def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: in
     from concurrent.futures import ProcessPoolExecutor
 
     caught: list[int] = []
+    context = multiprocessing.get_context("spawn")
+    stop_event = context.Event()
 
     def stop_workers(signum, frame=None):  # each training worker checkpoints; idle ones start nothing new
         caught.append(signum)
+        stop_event.set()
         for child in multiprocessing.active_children():
             os.kill(child.pid, signal.SIGTERM)
 
@@ -319,8 +329,8 @@ def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: in
     old = {s: signal.signal(s, stop_workers) for s in (signal.SIGINT, signal.SIGTERM)} if handled else {}
     stopped: list[Interrupted] = []
     try:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=_worker_start) as pool:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_start,
+                                 initargs=(stop_event,)) as pool:
             futures = {r.name: pool.submit(_worker, r, str(runs_root)) for r in unique}
             for name, future in futures.items():
                 try:
