@@ -31,6 +31,7 @@ def test_reproduce_trains_reuses_and_reports_a_verdict(tmp_path, monkeypatch, ca
     write_configs(tmp_path)
     monkeypatch.chdir(tmp_path)
     assert main(["reproduce", "fig3", "--seeds", "2"]) == 0
+    assert "8 runs: 0 finished (reused), 8 to train" in capsys.readouterr().err
     runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
     assert runs == sorted(f"cpu-{v}-s{s}" for v in ("bert", "albert", "bert-ntr12", "albert-ntr12") for s in (0, 1))
     assert yaml.safe_load((tmp_path / "runs" / "cpu-bert-s1" / "config.yaml").read_text())["seed"] == 1
@@ -51,7 +52,8 @@ def test_reproduce_trains_reuses_and_reports_a_verdict(tmp_path, monkeypatch, ca
     capsys.readouterr()
     # a second call reuses every finished run
     assert main(["reproduce", "fig3", "--seeds", "2"]) == 0
-    assert capsys.readouterr().err.count("done, reused") == 8
+    err = capsys.readouterr().err
+    assert err.count("done, reused") == 8 and "8 runs: 8 finished (reused), 0 to train" in err
     assert len(read_jsonl(tmp_path / "runs" / "cpu-bert-s0" / "metrics.jsonl")) == 2
 
 

@@ -297,6 +297,9 @@ def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: in
             key = "pretrain.threads" if r.pretrain else "train.threads"
             r.overrides = [o for o in r.overrides if not o.startswith(f"{key}=")] + [f"{key}={threads}"]
     check_leftovers(unique, runs_root)
+    todo = sum(not finished(runs_root / r.name, r.pretrain) for r in unique)
+    log(f"{len(unique)} run{'s' if len(unique) > 1 else ''}: {len(unique) - todo} finished (reused), {todo} to train"
+        + (f", {min(jobs, todo)} side by side" if jobs > 1 and todo > 1 else ""))
     results: dict[str, Path | str] = {}
     if jobs <= 1 or len(unique) == 1:
         for r in unique:

@@ -226,8 +226,8 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
 
         wrapped = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     dtype, dtype_note = resolve_dtype(tc.dtype, device)
-    if dtype_note and dist.main:
-        print(dtype_note, file=sys.stderr)
+    if dtype_note and dist.main:  # one write: side-by-side runs share the log
+        sys.stderr.write(f"{dtype_note}\n")
     train_step = make_train_step(wrapped, opt, compile=tc.compile, autocast_dtype=dtype)
     machine = machine_label(device, dtype, dist.world)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, total, tc.warmup, tc.schedule, tc.min_lr), last_epoch=step - 1)
@@ -483,7 +483,7 @@ class Reporter:
                   f"{cfg.model.n_heads} heads, {n_params:,} parameters "
                   f"({model.num_parameters(exclude_embeddings=True):,} without embeddings); "
                   f"{total:,} steps of {cfg.train.batch_size}; {init_note}")
-        self.console.print(f"[bold]{cfg.name}[/]{header[len(cfg.name):]}")
+        self.console.print(f"[bold]{cfg.name}[/]{header[len(cfg.name):]}", soft_wrap=True)  # whole in a log file
         self._log(("resumed at step " + f"{step:,}: " if step else "") + header)
         if cfg.train.log == "tensorboard":
             from torch.utils.tensorboard import SummaryWriter
