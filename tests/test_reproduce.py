@@ -349,6 +349,15 @@ def test_judges_say_holds_does_not_hold_and_cannot_be_tested():
     assert figures.shortcut_early({"x": early}, "x", True)[1] == HOLDS
     assert figures.shortcut_early({"x": late}, "x", True)[1] == FAILS
     assert figures.shortcut_early({"x": late}, "x", False)[1] == HOLDS
+    # Fig. 15: n = 8's own part is judged even where n = 20 cannot be
+    n8 = summary([1.0, 1.0] + [0.5] * 6, range(2))
+    n20 = summary([1.0, 1.0] + [0.5] * 18, range(14))
+    S = {"bert-n8": n8, "bert-n12": learned_ext, "bert-n16": n20, "bert-n20": n20}
+    (short, verdict, evidence), (_, longer, why) = figures.judge_fig15(S)
+    assert short.startswith("n = 8 learns") and verdict == HOLDS and "unseen #2..#7 50% (chance 50%)" in evidence
+    assert longer == UNTESTABLE and why.startswith("n = 20 did not learn")
+    assert figures.judge_fig15({**S, "bert-n8": summary([1.0, 1.0] + [0.9] * 6, range(2))})[0][1] == FAILS
+    assert figures.judge_fig15({**S, "bert-n8": summary([1.0, 0.6] + [0.5] * 6, range(2))})[0][1] == UNTESTABLE
 
 
 def test_run_summary_finds_first_passes_and_dips(tmp_path):

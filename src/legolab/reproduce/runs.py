@@ -263,7 +263,7 @@ def _worker(run: Run, runs_root: str) -> str:
         raise Interrupted(_stopped_by or signal.SIGTERM, f"{run.name}: not started")  # the parent sends SIGTERM
     _running = run.name
     try:
-        return str(ensure_run(run, Path(runs_root), lambda m: print(m, file=sys.stderr, flush=True)))
+        return str(ensure_run(run, Path(runs_root), lambda m: sys.stderr.write(f"{m}\n")))  # one write: workers share stderr
     except Interrupted as e:
         _stopped_by = e.signum
         raise

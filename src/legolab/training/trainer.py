@@ -537,7 +537,7 @@ class Reporter:
         if self.progress is not None:
             self.progress.update(self.task, acc=self._acc_text(r["test_acc_per_index"]))
         else:
-            print(line, file=sys.stderr, flush=True)
+            sys.stderr.write(f"{line}\n")  # one write: side-by-side runs share the log
 
     def close(self) -> None:
         """Stop the live bar (restoring the cursor) and the TensorBoard writer; idempotent."""
