@@ -12,6 +12,7 @@ import shlex
 import sys
 
 from .errors import Interrupted, LegoError
+from .io import log_line
 
 
 class _Parser(argparse.ArgumentParser):
@@ -346,7 +347,7 @@ def cmd_mimic(args) -> int:
     name = args.name or f"mimic-{cfg.name}"
     out = Path(args.runs) / name
     mimic(cfg, out, steps=args.steps, batch_size=args.batch_size, lr=args.lr, dropout=args.dropout,
-          log=lambda m: print(m, file=sys.stderr, flush=True))
+          log=log_line)
     print(f"wrote {out}; train from it with: legolab train {config} train.init={out}")
     return 0
 
@@ -389,7 +390,6 @@ def cmd_pretrain(args) -> int:
 
     from .training.pretrain import load_pretrain_config, pretrain
 
-    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     if args.resume:
         if args.config or args.attention or args.corpus or args.name:
             raise LegoError("pretrain --resume continues with the run's own config.yaml: give no config, "
@@ -397,7 +397,7 @@ def cmd_pretrain(args) -> int:
         run_dir = Path(args.resume)
         if not (run_dir / "config.yaml").is_file():
             raise LegoError(f"{run_dir}: not a run directory (no config.yaml)")
-        pretrain(load_pretrain_config(run_dir / "config.yaml", []), run_dir, resume=True, log=log)
+        pretrain(load_pretrain_config(run_dir / "config.yaml", []), run_dir, resume=True, log=log_line)
         return 0
     config, overrides = _split_config_args(args.config)
     if args.attention:
@@ -407,7 +407,7 @@ def cmd_pretrain(args) -> int:
     run = load_pretrain_config(config, overrides)
     if args.name:
         run.name = args.name
-    pretrain(run, Path(args.runs) / run.name, log=log)
+    pretrain(run, Path(args.runs) / run.name, log=log_line)
     return 0
 
 
@@ -415,7 +415,7 @@ def cmd_reproduce(args) -> int:
     from .reproduce import reproduce
 
     out = reproduce(args.figure, args.scale, args.seeds, args.runs, args.out, args.pretrained,
-                    log=lambda m: print(m, file=sys.stderr, flush=True), threads=args.threads,
+                    log=log_line, threads=args.threads,
                     mimic_steps=args.mimic_steps, jobs=args.jobs, overrides=args.options, command=args.command,
                     train=not args.report_only)
     print(f"wrote {out}")

@@ -1,9 +1,11 @@
-"""Atomic file writes: a reader (or a resumed run) never sees a half-written file."""
+"""Atomic file writes: a reader (or a resumed run) never sees a half-written file. And log
+lines on stderr, each in one write."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -74,3 +76,10 @@ def read_jsonl(path: str | Path) -> list[dict]:
                 raise LegoError(f"{path}, line {i}: not a JSON record (a cut or appended line?)")
             records.append(record)
     return records
+
+
+def log_line(message: str) -> None:
+    """``message`` and its newline on stderr in one write: runs side by side share the log, and a
+    print's two writes (text, then newline) splice their lines."""
+    sys.stderr.write(f"{message}\n")
+    sys.stderr.flush()

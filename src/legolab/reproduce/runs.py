@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import Interrupted, LegoError
-from ..io import read_jsonl
+from ..io import log_line, read_jsonl
 from ..training.rundir import read_metrics
 from .figures import STEMS, catalogue
 
@@ -254,7 +254,6 @@ def _worker_start(stop_event=None) -> None:
 
 def _worker(run: Run, runs_root: str) -> str:
     import signal
-    import sys
 
     global _stopped_by, _running
     # the parent's event also covers a signal the trainer absorbed on a run's last step, which
@@ -263,7 +262,7 @@ def _worker(run: Run, runs_root: str) -> str:
         raise Interrupted(_stopped_by or signal.SIGTERM, f"{run.name}: not started")  # the parent sends SIGTERM
     _running = run.name
     try:
-        return str(ensure_run(run, Path(runs_root), lambda m: sys.stderr.write(f"{m}\n")))  # one write: workers share stderr
+        return str(ensure_run(run, Path(runs_root), log_line))
     except Interrupted as e:
         _stopped_by = e.signum
         raise

@@ -19,7 +19,6 @@ import importlib.util
 import math
 import os
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ import numpy as np
 import torch
 
 from ..errors import Interrupted, LegoError
-from ..io import write_jsonl, write_text
+from ..io import log_line, write_jsonl, write_text
 from ..models import Encoder, build_model
 from .checkpoint import load_model_weights, model_weights, read_checkpoint, restore_training_state, save_checkpoint
 from .config import RunConfig, config_from_dict, diff_configs, load_config
@@ -226,8 +225,8 @@ def _train(cfg: RunConfig, rd: RunDir | None, run_dir: Path, resume: bool, progr
 
         wrapped = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     dtype, dtype_note = resolve_dtype(tc.dtype, device)
-    if dtype_note and dist.main:  # one write: side-by-side runs share the log
-        sys.stderr.write(f"{dtype_note}\n")
+    if dtype_note and dist.main:
+        log_line(dtype_note)
     train_step = make_train_step(wrapped, opt, compile=tc.compile, autocast_dtype=dtype)
     machine = machine_label(device, dtype, dist.world)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, total, tc.warmup, tc.schedule, tc.min_lr), last_epoch=step - 1)
@@ -537,7 +536,7 @@ class Reporter:
         if self.progress is not None:
             self.progress.update(self.task, acc=self._acc_text(r["test_acc_per_index"]))
         else:
-            sys.stderr.write(f"{line}\n")  # one write: side-by-side runs share the log
+            log_line(line)
 
     def close(self) -> None:
         """Stop the live bar (restoring the cursor) and the TensorBoard writer; idempotent."""
