@@ -239,6 +239,61 @@ def test_reproduce_all_queues_the_analyses_own_runs_with_the_figures(tmp_path, m
     assert [run.pretrain for run in queued].count(True) == 6
 
 
+def test_a_list_of_figures_queues_their_runs_in_one_pool(tmp_path, monkeypatch, capsys):
+    import legolab.reproduce as reproduce
+
+    write_configs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    queued = []
+
+    def record(runs, *args, **kwargs):
+        queued.append([run.name for run in runs])
+        raise LegoError("recorded")
+
+    monkeypatch.setattr(reproduce, "train_runs", record)
+    assert main(["reproduce", "fig15,fig16", "--seeds", "2"]) == 2
+    assert len(queued) == 1 and {"cpu-bert-n20-s1", "cpu-albert-depth8-s1", "cpu-bert-s1"} <= set(queued[0])
+    assert main(["reproduce", "fig15,fig99"]) == 2
+    assert "unknown figure 'fig99'" in capsys.readouterr().err and len(queued) == 1
+
+
+def test_jobs_start_the_longest_runs_first(tmp_path, monkeypatch):
+    """So that the last long run does not train alone while the other lanes sit idle."""
+    import concurrent.futures
+
+    from legolab.reproduce import figure_runs
+    from legolab.reproduce.runs import train_runs
+    from legolab.training.config import load_config
+
+    write_configs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    submitted = []
+
+    class Recorder:  # a pool that records what it is given, in order, and trains nothing
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def submit(self, fn, run, root):
+            submitted.append(run.name)
+            future = concurrent.futures.Future()
+            future.set_result(root)
+            return future
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Recorder)
+    runs = [run for _, run in figure_runs("fig16", "cpu", 1)]
+    depth = {r.name: load_config(r.config, r.overrides).model.n_layers for r in runs}
+    assert depth[runs[0].name] < depth[runs[-1].name]  # the figure's order: BERT shallow to deep, then ALBERT
+    train_runs(runs, tmp_path / "runs", print, jobs=2)
+    assert [depth[name] for name in submitted] == sorted(depth.values(), reverse=True)
+    assert submitted[:2] == ["cpu-bert-depth8-s0", "cpu-albert-depth8-s0"]  # equal work: the figure's order
+
+
 @pytest.mark.slow
 def test_runs_side_by_side_train_the_same_bytes_as_one_after_another(tmp_path, monkeypatch):
     for sub, jobs in (("a", "1"), ("b", "2")):

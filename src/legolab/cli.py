@@ -537,13 +537,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_pretrain)
 
     s = sub.add_parser("reproduce", help="run and draw one of the paper's figures (reuses and resumes runs)")
-    s.add_argument("figure", help="all, fig3 fig4 fig5 fig6 fig7 fig9 fig10 fig11 fig12 fig15 fig16 fig17 fig18 "
-                                  "lego-attention templates listops")
+    s.add_argument("figure", help="all, or one or several (comma-separated, one pool of runs) of: fig3 fig4 fig5 "
+                                  "fig6 fig7 fig9 fig10 fig11 fig12 fig15 fig16 fig17 fig18 lego-attention templates "
+                                  "listops")
     s.add_argument("options", nargs="*", metavar="[key=value ...]",
                    help="overrides for every run of the figure (e.g. a shrunk model for a smoke test)")
     s.add_argument("--scale", choices=["cpu", "paper"], default="cpu")
     s.add_argument("--seeds", type=int, default=3)
-    s.add_argument("--jobs", type=int, default=1, help="runs trained side by side, each with its share of the cores")
+    s.add_argument("--jobs", type=int, default=1, help="runs trained side by side, longest first, each with its share of the cores")
     s.add_argument("--report-only", action="store_true", help="train nothing: report the runs that finished")
     s.add_argument("--runs", default="runs")
     s.add_argument("--out", default="reports")

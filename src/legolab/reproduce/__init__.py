@@ -1,4 +1,4 @@
-"""One command per paper figure: ``legolab reproduce FIG|all [key=value ...] [--scale cpu|paper]``.
+"""One command per paper figure: ``legolab reproduce FIG|FIG,FIG|all [key=value ...] [--scale cpu|paper]``.
 
 A figure is a set of variants (``figures.py``), trained as runs (``runs.py``: reused when finished,
 resumed when interrupted, so the command can be killed and started again), then summarised and
@@ -36,9 +36,10 @@ def figure_runs(fig: str, scale: str, seeds: int, pretrained: str | None = None,
 def reproduce(fig: str, scale: str = "cpu", seeds: int = 3, runs_root: str = "runs", out_root: str = "reports",
               pretrained: str | None = None, log=print, threads: int = 0, mimic_steps: int | None = None,
               jobs: int = 1, overrides: list[str] = (), command: str = "", train: bool = True) -> Path:
-    """Train what ``fig`` needs and write its report; ``all``: every figure, then the index.
-    ``train=False`` writes the reports from the runs that finished. Returns the report
-    (``FIG.md``) or, for ``all``, the index page."""
+    """Train what ``fig`` needs and write its report. ``all`` or a comma-separated list
+    (``fig15,fig16``): every run of those figures first, in one pool, then each report and the
+    index. ``train=False`` writes the reports from the runs that finished. Returns the report
+    (``FIG.md``) or, for several figures, the index page."""
     if scale not in ("cpu", "paper"):
         raise LegoError(f"--scale: cpu or paper, got {scale!r}")
     for flag, value, low in (("--seeds", seeds, 1), ("--threads", threads, 0), ("--mimic-steps", mimic_steps or 1, 1),
@@ -52,32 +53,34 @@ def reproduce(fig: str, scale: str = "cpu", seeds: int = 3, runs_root: str = "ru
     kwargs = dict(scale=scale, seeds=seeds, runs_root=runs_root, out_root=out_root, pretrained=pretrained, log=log,
                   threads=threads, mimic_steps=mimic_steps, jobs=jobs, overrides=overrides, command=command,
                   train=train)
-    if fig == "all":
-        # every training run of the set first, so that --jobs keeps every lane busy
-        every = []
-        for name in ORDER:
-            try:
-                if name in FIGURES:
-                    every += [run for _, run in figure_runs(name, scale, seeds, pretrained, overrides, mimic_steps)]
-                elif name in ANALYSIS_RUNS:
-                    every += [run for _, run in ANALYSIS_RUNS[name](scale, seeds)]
-            except LegoError:
-                pass  # the figure's own report says why
-        train_runs(every, Path(runs_root), log, jobs, threads, train)
-        for name in ORDER:
-            if name in ("templates", "listops") and scale != "cpu":
-                continue
-            try:
-                _one(name, **kwargs)
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except Exception as e:  # a figure that cannot run is named on the index, the others go on
-                reason = one_line(e)
-                log(f"{name}: {reason}")
-                _write_refusal(name, reason, **kwargs)
-        return write_index(Path(out_root), scale, ORDER, TITLES)
-    check_figure(fig)
-    return _one(fig, **kwargs)
+    names = ORDER if fig == "all" else list(dict.fromkeys(fig.split(",")))
+    for name in names:
+        check_figure(name)
+    if len(names) == 1:
+        return _one(fig, **kwargs)
+    # every training run of the set first, so that --jobs keeps every lane busy
+    every = []
+    for name in names:
+        try:
+            if name in FIGURES:
+                every += [run for _, run in figure_runs(name, scale, seeds, pretrained, overrides, mimic_steps)]
+            elif name in ANALYSIS_RUNS:
+                every += [run for _, run in ANALYSIS_RUNS[name](scale, seeds)]
+        except LegoError:
+            pass  # the figure's own report says why
+    train_runs(every, Path(runs_root), log, jobs, threads, train)
+    for name in names:
+        if name in ("templates", "listops") and scale != "cpu":
+            continue
+        try:
+            log(f"wrote {_one(name, **kwargs)}")
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as e:  # a figure that cannot run is named on the index, the others go on
+            reason = one_line(e)
+            log(f"{name}: {reason}")
+            _write_refusal(name, reason, **kwargs)
+    return write_index(Path(out_root), scale, ORDER, TITLES)
 
 
 def _one(fig, scale, seeds, runs_root, out_root, pretrained, log, threads, mimic_steps, jobs, overrides, command,

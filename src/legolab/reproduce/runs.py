@@ -123,6 +123,24 @@ def _asked(run: Run, runs_root: Path):
     return load_config(run.config, overrides + [f"name={run.name}"]), overrides
 
 
+def work(run: Run) -> float:
+    """A run's compute, roughly: steps x sentences x layers x tokens x width squared (with its
+    mimicking stage). Only its order matters: ``--jobs`` starts the longest runs first, so that
+    no lane is left training the last long run alone."""
+    from ..training.config import load_config
+
+    if run.pretrain:
+        from ..training.pretrain import load_pretrain_config
+
+        c = load_pretrain_config(run.config, run.overrides)
+        return c.pretrain.steps * c.pretrain.batch_size * c.model.n_layers * c.pretrain.seq_len * c.model.d_model ** 2
+    c = load_config(run.config, run.overrides)
+    sentences = c.train.total_steps() * c.train.batch_size
+    if run.mimic:
+        sentences += run.mimic["steps"] * run.mimic["batch_size"]
+    return sentences * c.model.n_layers * c.task.get("n", 12) * c.model.d_model ** 2
+
+
 def check_leftovers(runs: list[Run], runs_root: Path) -> None:
     """Refuse, before anything trains, a run directory or mimicking stage that holds another
     config than asked (or a stage of other steps)."""
@@ -316,6 +334,8 @@ def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: in
     import signal
     import threading
     from concurrent.futures import ProcessPoolExecutor
+
+    unique.sort(key=work, reverse=True)  # longest first; a stable sort keeps the figure's order among equals
 
     caught: list[int] = []
     context = multiprocessing.get_context("spawn")
