@@ -31,7 +31,9 @@ def test_reproduce_trains_reuses_and_reports_a_verdict(tmp_path, monkeypatch, ca
     write_configs(tmp_path)
     monkeypatch.chdir(tmp_path)
     assert main(["reproduce", "fig3", "--seeds", "2"]) == 0
-    assert "8 runs: 0 finished (reused), 8 to train" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "8 runs: 0 finished (reused), 8 to train" in err
+    assert re.search(r"cpu-bert-s0: trained; 1 of 8 done, \d+ min in", err) and ": trained; 8 of 8 done" in err
     runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
     assert runs == sorted(f"cpu-{v}-s{s}" for v in ("bert", "albert", "bert-ntr12", "albert-ntr12") for s in (0, 1))
     assert yaml.safe_load((tmp_path / "runs" / "cpu-bert-s1" / "config.yaml").read_text())["seed"] == 1

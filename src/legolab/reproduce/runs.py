@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -314,14 +315,23 @@ def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: in
             key = "pretrain.threads" if r.pretrain else "train.threads"
             r.overrides = [o for o in r.overrides if not o.startswith(f"{key}=")] + [f"{key}={threads}"]
     check_leftovers(unique, runs_root)
-    todo = sum(not finished(runs_root / r.name, r.pretrain) for r in unique)
+    pending = {r.name for r in unique if not finished(runs_root / r.name, r.pretrain)}
+    todo = len(pending)
     log(f"{len(unique)} run{'s' if len(unique) > 1 else ''}: {len(unique) - todo} finished (reused), {todo} to train"
         + (f", {min(jobs, todo)} side by side" if jobs > 1 and todo > 1 else ""))
     results: dict[str, Path | str] = {}
+    started = time.time()
+
+    def progress(name: str) -> None:  # where a long reproduce stands, once per run it trained
+        if name in pending and isinstance(results.get(name), Path):
+            pending.discard(name)
+            log(f"{name}: trained; {todo - len(pending)} of {todo} done, {(time.time() - started) / 60:.0f} min in")
+
     if jobs <= 1 or len(unique) == 1:
         for r in unique:
             try:
                 results[r.name] = ensure_run(r, runs_root, log)
+                progress(r.name)
             except Interrupted as e:  # a signal stops the whole reproduce, not just this run
                 raise Interrupted(e.signum, _stop_message(e.signum, [e])) from None
             except (KeyboardInterrupt, SystemExit):
@@ -333,8 +343,9 @@ def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: in
     import multiprocessing
     import signal
     import threading
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    order = [r.name for r in unique]
     unique.sort(key=work, reverse=True)  # longest first; a stable sort keeps the figure's order among equals
 
     caught: list[int] = []
@@ -353,10 +364,12 @@ def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: in
     try:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_start,
                                  initargs=(stop_event,)) as pool:
-            futures = {r.name: pool.submit(_worker, r, str(runs_root)) for r in unique}
-            for name, future in futures.items():
+            futures = {pool.submit(_worker, r, str(runs_root)): r.name for r in unique}
+            for future in as_completed(futures):
+                name = futures[future]
                 try:
                     results[name] = Path(future.result())
+                    progress(name)
                 except Interrupted as e:
                     stopped.append(e)
                     if not caught:  # one worker was signalled: stop the others too
@@ -369,4 +382,4 @@ def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: in
             signal.signal(s, handler)
     if caught:
         raise Interrupted(caught[0], _stop_message(caught[0], stopped))
-    return results
+    return {name: results[name] for name in order}
