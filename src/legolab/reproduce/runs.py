@@ -323,7 +323,7 @@ def train_runs(runs: list[Run], runs_root: Path, log, jobs: int = 1, threads: in
     started = time.time()
 
     def progress(name: str) -> None:  # where a long reproduce stands, once per run it trained
-        if name in pending and isinstance(results.get(name), Path):
+        if name in pending:
             pending.discard(name)
             log(f"{name}: trained; {todo - len(pending)} of {todo} done, {(time.time() - started) / 60:.0f} min in")
 
