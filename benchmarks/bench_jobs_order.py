@@ -34,14 +34,16 @@ def main() -> None:
     p.add_argument("--runs", default="runs")
     args = p.parse_args()
 
-    def seconds(run) -> float:
-        return read_jsonl(Path(args.runs) / run.name / "metrics.jsonl")[-1]["time"]
-
     per_figure = []
     for fig in args.figures:
         runs = [r for _, r in figure_runs(fig, "cpu", args.seed + 1) if r.name.endswith(f"-s{args.seed}")]
         per_figure.append(list({r.name: r for r in runs}.values()))
     pooled = list({r.name: r for runs in per_figure for r in runs}.values())
+    trained = {r.name: read_jsonl(Path(args.runs) / r.name / "metrics.jsonl")[-1]["time"] for r in pooled}
+
+    def seconds(run) -> float:
+        return trained[run.name]
+
     baseline = sum(wall([seconds(r) for r in runs], args.lanes) for runs in per_figure)
     rows = [
         ("one command per figure, figure order", baseline),

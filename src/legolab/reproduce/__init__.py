@@ -57,7 +57,7 @@ def reproduce(fig: str, scale: str = "cpu", seeds: int = 3, runs_root: str = "ru
     for name in names:
         check_figure(name)
     if len(names) == 1:
-        return _one(fig, **kwargs)
+        return _one(names[0], **kwargs)
     # every training run of the set first, so that --jobs keeps every lane busy
     every = []
     for name in names:

@@ -128,14 +128,9 @@ def work(run: Run) -> float:
     """A run's compute, roughly: steps x sentences x layers x tokens x width squared (with its
     mimicking stage). Only its order matters: ``--jobs`` starts the longest runs first, so that
     no lane is left training the last long run alone."""
-    from ..training.config import load_config
-
+    c, _ = _asked(run, Path())
     if run.pretrain:
-        from ..training.pretrain import load_pretrain_config
-
-        c = load_pretrain_config(run.config, run.overrides)
         return c.pretrain.steps * c.pretrain.batch_size * c.model.n_layers * c.pretrain.seq_len * c.model.d_model ** 2
-    c = load_config(run.config, run.overrides)
     sentences = c.train.total_steps() * c.train.batch_size
     if run.mimic:
         sentences += run.mimic["steps"] * run.mimic["batch_size"]
