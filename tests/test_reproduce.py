@@ -215,6 +215,9 @@ def test_reproduce_all_trains_the_set_then_writes_every_report_and_the_index(tmp
     assert f"{UNTESTABLE}: the figure" in index
     rows = {line.split(" | ")[0]: line.split(" | ") for line in index.splitlines() if line.startswith("| fig")}
     assert re.fullmatch(r"\d+ s", rows["| fig3"][4]) and rows["| fig10"][4] == "none"  # training, summed
+    # one seed on 2 cores: the sum per seed, halved; a figure that trained nothing has no bound
+    assert float(rows["| fig3"][5][:-2]) == pytest.approx(float(rows["| fig3"][4][:-2]) / 2, abs=1)
+    assert rows["| fig10"][5] == "" and "0 of the 2 figures that train cannot meet the goal" in index
     assert rows["| fig3"][3] == "1" and rows["| fig10"][3] == "none"  # seeds: the runs'; fig10 never ran
     assert "no cpu-scale pretraining config" in (tmp_path / "reports" / "fig10-cpu" / "fig10.md").read_text()
     # fig17 reused fig3's ALBERT and BERT: five runs in all
