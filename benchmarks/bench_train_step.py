@@ -10,6 +10,7 @@ Same layers/width/heads/FFN, pre-LN, sequence length 62 (n = 12), same batch, Ad
 ratios are against legolab fp32 (sdpa), the default before the bf16 path.
 
     python benchmarks/bench_train_step.py [--layers 6 --width 64 --heads 4 --batch 32] [--compile] [--only recipe]
+    python benchmarks/bench_train_step.py --profile "recipe fp32 auto"   # where one contender's step goes
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true", help="also time legolab with torch.compile")
     ap.add_argument("--no-hf", action="store_true", help="leave transformers out")
     ap.add_argument("--only", default="", help="time only the contenders whose name contains this (plus the baseline)")
+    ap.add_argument("--profile", default="", help="instead of timing: the share of each op in this contender's "
+                    "training step (torch.profiler, --steps steps)")
     args = ap.parse_args()
 
     torch.manual_seed(0)
@@ -118,6 +121,9 @@ def main() -> None:
                                                               objectives=a))
         infer_fns[name] = (lambda m=model, d=dtype: _infer(m, ev_tokens, ev_positions, d))
 
+    if args.profile:
+        profile(train_fns[args.profile], args.steps)
+        return
     if args.only:
         keep = lambda name: args.only in name or name == "legolab fp32 sdpa"  # noqa: E731
         train_fns = {k: v for k, v in train_fns.items() if keep(k)}
@@ -146,6 +152,23 @@ def main() -> None:
         for name, m in med.items():
             mfu16 = f"{per / m / peak16:9.1%}" if peak16 else f"{'-':>9s}"
             print(f"{name:24s} {m * 1e3:9.1f} {count / m:12,.0f} {per / m / peak32:9.1%} {mfu16} {base / m:12.2f}x")
+
+
+def profile(step, steps: int) -> None:
+    """Self CPU time per op over ``steps`` training steps, largest first, as a share of the total."""
+    from torch.profiler import profile as torch_profile
+
+    measure(step, 3, 1)
+    with torch_profile() as prof:
+        for _ in range(steps):
+            step()
+    ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in ops)
+    print(f"{torch.get_num_threads()} threads; {total / steps / 1e3:.1f} ms of op time per step")
+    print(f"{'op':40s} {'share':>6s} {'ms/step':>8s} {'calls/step':>10s}")
+    for e in ops[:12]:
+        print(f"{e.key[:40]:40s} {e.self_cpu_time_total / total:6.1%} {e.self_cpu_time_total / steps / 1e3:8.2f} "
+              f"{e.count / steps:10.0f}")
 
 
 def _no_grad(fn):
