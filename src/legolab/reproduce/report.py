@@ -154,6 +154,10 @@ def report_seeds(data: dict) -> str:
     return asked.group(1) if asked else ""
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:,.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
 def write_index(out_root: Path, scale: str, order: list[str], titles: dict[str, str]) -> Path:
     """``index-{scale}.md``: every figure with its verdicts, from the reports that exist."""
     rows = ["| figure | what | verdicts | seeds | training, summed over runs | one seed on 2 cores, at least | report |",
@@ -174,14 +178,13 @@ def write_index(out_root: Path, scale: str, order: list[str], titles: dict[str, 
             counts[v] = counts.get(v, 0) + 1
         cell = "<br>".join(f"{v}: {part}" for part, v, _ in verdicts) or "no verdict"
         t = data.get("train_time_s") or 0
-        cost = f"{t / 60:,.0f} min" if t >= 60 else f"{t:.0f} s" if t else "none"
+        cost = _duration(t) if t else "none"
         seeds = report_seeds(data)
         most = int(seeds.split("-")[-1]) if seeds[-1:].isdigit() else 0
         per_seed = t / 2 / most if t and most else 0
         if per_seed:
             fits.append(per_seed <= 30 * 60)
-        lower = f"{per_seed / 60:,.0f} min" if per_seed >= 60 else f"{per_seed:.0f} s" if per_seed else ""
-        rows.append(f"| {fig} | {titles[fig]} | {cell} | {seeds} | {cost} | {lower} | "
+        rows.append(f"| {fig} | {titles[fig]} | {cell} | {seeds} | {cost} | {_duration(per_seed) if per_seed else ''} | "
                     f"[{fig}.md]({fig}-{scale}/{fig}.md) ({data.get('date', '')}) |")
     head = (f"# Reproductions at {scale} scale\n\nWritten by `legolab reproduce` after each figure; "
             f"`legolab reproduce all --scale {scale}` runs them all. Training time is the runs' own "
