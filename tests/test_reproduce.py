@@ -37,7 +37,9 @@ def test_reproduce_trains_reuses_and_reports_a_verdict(tmp_path, monkeypatch, ca
     runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
     assert runs == sorted(f"cpu-{v}-s{s}" for v in ("bert", "albert", "bert-ntr12", "albert-ntr12") for s in (0, 1))
     assert yaml.safe_load((tmp_path / "runs" / "cpu-bert-s1" / "config.yaml").read_text())["seed"] == 1
-    assert yaml.safe_load((tmp_path / "runs" / "cpu-bert-ntr12-s0" / "config.yaml").read_text())["train"]["n_tr"] == 12
+    ntr12 = yaml.safe_load((tmp_path / "runs" / "cpu-bert-ntr12-s0" / "config.yaml").read_text())["train"]
+    # at CPU scale n_tr = 12 trains twice the config's budget: 40 steps of the tiny config's 20
+    assert ntr12["n_tr"] == 12 and (ntr12["steps"], ntr12["eval_every"]) == (40, 20)
     report = tmp_path / "reports" / "fig3-cpu"
     text = (report / "fig3.md").read_text()
     assert (report / "accuracy.png").is_file() and "| bert | 2 |" in text

@@ -51,7 +51,14 @@ def _config_for(scale: str, label: str, extra: list[str], pretrained: str | None
         if scale == "paper" and not pretrained:
             raise LegoError(f"{label} at paper scale needs --pretrained hf:PATH (a local bert-base-uncased)")
         overrides.append(f"train.init={pretrained if scale == 'paper' else 'minilm'}")  # cpu/minilm's shape
-    return config, overrides + list(extra)
+    overrides += list(extra)
+    if v.budget != 1:  # of the config as asked, so that shrunk runs (tests, smoke runs) stay shrunk
+        from ..training.config import load_config
+
+        t = load_config(config, overrides).train
+        overrides += [f"train.steps={t.steps * v.budget}", f"train.eval_every={t.eval_every * v.budget}"] if t.steps \
+            else [f"train.epochs={t.epochs * v.budget}"]
+    return config, overrides
 
 
 def canonical_labels(scale: str, labels: list[str], extra: list[str] = (), pretrained: str | None = None) -> dict[str, str]:
