@@ -392,7 +392,8 @@ def test_mimicking_uses_the_public_codes_values_at_paper_scale():
 
 def summary(mean, supervised=range(6), first=None, dip=(0.0, 0)):
     return {"seeds": 1, "mean": mean, "min": mean, "max": mean, "supervised": list(supervised), "chance": 0.5,
-            "first_pass": first or [None] * len(mean), "max_dip": dip, "steps": 100, "train_time_s": [1.0]}
+            "first_pass": first or [None] * len(mean), "reached": [int(f is not None) for f in first or [None] * len(mean)],
+            "max_dip": dip, "steps": 100, "train_time_s": [1.0]}
 
 
 def test_judges_say_holds_does_not_hold_and_cannot_be_tested():
@@ -411,6 +412,12 @@ def test_judges_say_holds_does_not_hold_and_cannot_be_tested():
     assert figures.shortcut_early({"x": early}, "x", True)[1] == HOLDS
     assert figures.shortcut_early({"x": late}, "x", True)[1] == FAILS
     assert figures.shortcut_early({"x": late}, "x", False)[1] == HOLDS
+    # #11 learned in only some seeds: not the shortcut, and the evidence says in how many
+    some = {**late, "seeds": 3, "first_pass": late["first_pass"][:-1] + [None], "reached": [3] * 11 + [2],
+            "mean": [1.0] * 11 + [0.9], "min": [1.0] * 11 + [0.8], "max": [1.0] * 12}
+    _, verdict, evidence = figures.shortcut_early({"x": some}, "x", True)
+    assert verdict == FAILS and evidence.startswith("#11 reached 95% in 2 of 3 seeds (final 90%, 80-100% over seeds)")
+    assert figures.shortcut_early({"x": some}, "x", False)[1] == UNTESTABLE
     # Fig. 15: n = 8's own part is judged even where n = 20 cannot be
     n8 = summary([1.0, 1.0] + [0.5] * 6, range(2))
     n20 = summary([1.0, 1.0] + [0.5] * 18, range(14))

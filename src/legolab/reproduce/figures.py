@@ -89,7 +89,7 @@ def catalogue(scale: str) -> dict[str, Variant]:
 # ---- the measured summary a judge reads ----------------------------------------------------------
 # label -> {"seeds", "mean", "min", "max" (final test accuracy per chain index), "supervised",
 #           "chance", "first_pass" (step at which each index first reached PASS, mean over seeds;
-#           None if a seed never did), "max_dip", "steps"}
+#           None if a seed never did), "reached" (seeds in which it did), "max_dip", "steps"}
 Summary = dict[str, dict]
 Verdict = tuple[str, str, str]  # (part of the claim, verdict, evidence)
 
@@ -192,7 +192,11 @@ def shortcut_early(S: Summary, label: str, early: bool) -> Verdict:
     if all(f is None for f in first):
         return part, UNTESTABLE, f"no variable reached {pct(PASS)}: the model learned nothing to order"
     if first[-1] is None:
-        return part, UNTESTABLE if not early else FAILS, f"#11 never reached {pct(PASS)} (final {pct(s['mean'][-1])})"
+        reached, seeds = s["reached"][-1], s["seeds"]
+        final = pct(s["mean"][-1]) + (f", {100 * s['min'][-1]:.0f}-{pct(s['max'][-1])} over seeds" if seeds > 1 else "")
+        return part, UNTESTABLE if not early else FAILS, \
+            (f"#11 reached {pct(PASS)} in {reached} of {seeds} seeds" if reached else f"#11 never reached {pct(PASS)}") \
+            + f" (final {final}); largest drop of a learned variable: {pct(s['max_dip'][0])} (#{s['max_dip'][1]})"
     others = first[1:-1]
     before = sum(1 for f in others if f is None or f > first[-1])
     evidence = f"#11 passed {pct(PASS)} at step {first[-1]:.0f}, before {before} of #1..#10; " \

@@ -72,7 +72,8 @@ def run_summary(run_dir: Path) -> dict:
 
 def summarise(groups: dict[str, list[Path]]) -> dict:
     """label -> final test accuracy per chain index (mean, min, max over seeds), the step each
-    index first reached PASS (mean; None where a seed never did), the largest dip, times."""
+    index first reached PASS (mean; None where a seed never did) and in how many seeds it did,
+    the largest dip, times."""
     out = {}
     for label, dirs in groups.items():
         runs = [run_summary(d) for d in dirs]
@@ -82,6 +83,7 @@ def summarise(groups: dict[str, list[Path]]) -> dict:
             "seeds": len(runs), "mean": [statistics.fmean(v) for v in per], "min": [min(v) for v in per],
             "max": [max(v) for v in per],
             "first_pass": [None if None in f else statistics.fmean(f) for f in firsts],
+            "reached": [sum(x is not None for x in f) for f in firsts],
             "max_dip": max(r["dip"] for r in runs), "supervised": runs[0]["supervised"], "chance": runs[0]["chance"],
             "steps": runs[0]["step"], "train_time_s": [r["time"] for r in runs],
             "machines": [r["machines"] for r in runs],
