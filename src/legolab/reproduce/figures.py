@@ -191,16 +191,16 @@ def shortcut_early(S: Summary, label: str, early: bool) -> Verdict:
     first = s["first_pass"]
     if all(f is None for f in first):
         return part, UNTESTABLE, f"no variable reached {pct(PASS)}: the model learned nothing to order"
+    drop = f"largest drop of a learned variable: {pct(s['max_dip'][0])} (#{s['max_dip'][1]})"
     if first[-1] is None:
         reached, seeds = s["reached"][-1], s["seeds"]
         final = pct(s["mean"][-1]) + (f", {100 * s['min'][-1]:.0f}-{pct(s['max'][-1])} over seeds" if seeds > 1 else "")
         return part, UNTESTABLE if not early else FAILS, \
             (f"#11 reached {pct(PASS)} in {reached} of {seeds} seeds" if reached else f"#11 never reached {pct(PASS)}") \
-            + f" (final {final}); largest drop of a learned variable: {pct(s['max_dip'][0])} (#{s['max_dip'][1]})"
+            + f" (final {final}); {drop}"
     others = first[1:-1]
     before = sum(1 for f in others if f is None or f > first[-1])
-    evidence = f"#11 passed {pct(PASS)} at step {first[-1]:.0f}, before {before} of #1..#10; " \
-               f"largest drop of a learned variable: {pct(s['max_dip'][0])} (#{s['max_dip'][1]})"
+    evidence = f"#11 passed {pct(PASS)} at step {first[-1]:.0f}, before {before} of #1..#10; {drop}"
     is_early = before > len(others) / 2
     return part, HOLDS if is_early == early else FAILS, evidence
 
