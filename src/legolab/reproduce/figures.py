@@ -195,9 +195,8 @@ def shortcut_early(S: Summary, label: str, early: bool) -> Verdict:
     if first[-1] is None:
         reached, seeds = s["reached"][-1], s["seeds"]
         final = pct(s["mean"][-1]) + (f", {100 * s['min'][-1]:.0f}-{pct(s['max'][-1])} over seeds" if seeds > 1 else "")
-        return part, UNTESTABLE if not early else FAILS, \
-            (f"#11 reached {pct(PASS)} in {reached} of {seeds} seeds" if reached else f"#11 never reached {pct(PASS)}") \
-            + f" (final {final}); {drop}"
+        said = f"#11 reached {pct(PASS)} in {reached} of {seeds} seeds" if reached else f"#11 never reached {pct(PASS)}"
+        return part, UNTESTABLE if not early else FAILS, f"{said} (final {final}); {drop}"
     others = first[1:-1]
     before = sum(1 for f in others if f is None or f > first[-1])
     evidence = f"#11 passed {pct(PASS)} at step {first[-1]:.0f}, before {before} of #1..#10; {drop}"
