@@ -38,8 +38,8 @@ def test_reproduce_trains_reuses_and_reports_a_verdict(tmp_path, monkeypatch, ca
     assert runs == sorted(f"cpu-{v}-s{s}" for v in ("bert", "albert", "bert-ntr12", "albert-ntr12") for s in (0, 1))
     assert yaml.safe_load((tmp_path / "runs" / "cpu-bert-s1" / "config.yaml").read_text())["seed"] == 1
     ntr12 = yaml.safe_load((tmp_path / "runs" / "cpu-bert-ntr12-s0" / "config.yaml").read_text())["train"]
-    # at CPU scale n_tr = 12 trains twice the config's budget: 40 steps of the tiny config's 20
-    assert ntr12["n_tr"] == 12 and (ntr12["steps"], ntr12["eval_every"]) == (40, 20)
+    # at CPU scale n_tr = 12 trains three times the config's budget: 60 steps of the tiny config's 20
+    assert ntr12["n_tr"] == 12 and (ntr12["steps"], ntr12["eval_every"]) == (60, 30)
     report = tmp_path / "reports" / "fig3-cpu"
     text = (report / "fig3.md").read_text()
     assert (report / "accuracy.png").is_file() and "| bert | 2 |" in text
@@ -391,8 +391,9 @@ def test_mimicking_uses_the_public_codes_values_at_paper_scale():
 
 
 def summary(mean, supervised=range(6), first=None, dip=(0.0, 0)):
+    first = first or [None] * len(mean)
     return {"seeds": 1, "mean": mean, "min": mean, "max": mean, "supervised": list(supervised), "chance": 0.5,
-            "first_pass": first or [None] * len(mean), "reached": [int(f is not None) for f in first or [None] * len(mean)],
+            "first_pass": first, "reached": [int(f is not None) for f in first],
             "max_dip": dip, "steps": 100, "train_time_s": [1.0]}
 
 
