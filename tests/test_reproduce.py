@@ -445,15 +445,41 @@ def test_run_summary_finds_first_passes_and_dips(tmp_path):
     assert s["supervised"] == [0, 1, 2, 3] and s["chance"] == 0.5 and s["time"] == 3.0
 
 
-def test_report_only_trains_nothing_and_names_what_is_missing(tmp_path, monkeypatch):
+def fake_finished_run(root, name, config):
+    """A run directory that counts as finished: its config and a last evaluation at its final step."""
+    from legolab.io import write_jsonl
+
+    run = root / "runs" / name
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(config.read_text())
+    write_jsonl(run / "metrics.jsonl", [{"step": 20, "epoch": 1.0, "time": 2.0, "test_acc_per_index": [1.0] * 6 + [0.5] * 6}])
+
+
+def test_report_only_trains_nothing_and_names_what_is_missing(tmp_path, monkeypatch, capsys):
+    from legolab.reproduce import runs_for
+
     write_configs(tmp_path)
     monkeypatch.chdir(tmp_path)
+    # no run finished: no report is written, nor a blank one over the report there is
+    assert main(["reproduce", "fig17", "--seeds", "1", "--report-only"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("legolab: error: fig17: --report-only found none of its 3 runs finished under runs/, so it has no "
+                   "report (train them without --report-only)") and not (tmp_path / "reports").exists()
+    report = tmp_path / "reports" / "fig17-cpu" / "fig17.md"
+    report.parent.mkdir(parents=True)
+    report.write_text("an earlier report")
+    assert main(["reproduce", "fig17", "--seeds", "1", "--report-only"]) == 2
+    assert "reports/fig17-cpu/fig17.md is left as it was" in capsys.readouterr().err
+    assert report.read_text() == "an earlier report" and not (tmp_path / "runs").exists()
+    # one of its two runs finished: the report is written and names the other
+    fake_finished_run(tmp_path, "cpu-albert-s0", tmp_path / "configs" / "cpu" / "albert.yaml")
     assert main(["reproduce", "fig17", "--seeds", "1", "--report-only"]) == 0
-    assert not (tmp_path / "runs").exists()
-    text = (tmp_path / "reports" / "fig17-cpu" / "fig17.md").read_text()
+    text = report.read_text()
     assert "- bert-thin, cpu-bert-thin-s0: not trained yet (--report-only)" in text
-    assert f"**{UNTESTABLE}** | runs missing: bert-thin, albert" in text
+    assert f"**{UNTESTABLE}** | runs missing: bert-thin" in text
     assert SCALE_NOTES["cpu"] in text
+    (_, minilm_run), = runs_for(["minilm-random-ntr12"], "cpu", 1)
+    fake_finished_run(tmp_path, minilm_run.name, tmp_path / "configs" / "cpu" / "bert.yaml")
     assert main(["reproduce", "fig12", "--seeds", "1", "--report-only"]) == 0
     minilm = (tmp_path / "reports" / "fig12-cpu" / "fig12.md").read_text()
     assert SCALE_NOTES["cpu-minilm"] in minilm and "kernel-7" not in minilm  # not the 6 x 64 recipe's runs

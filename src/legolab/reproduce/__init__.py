@@ -76,6 +76,8 @@ def reproduce(fig: str, scale: str = "cpu", seeds: int = 3, runs_root: str = "ru
             log(f"wrote {_one(name, **kwargs)}")
         except (KeyboardInterrupt, SystemExit):
             raise
+        except NoRunsToReport as e:  # the report it has, if any, stays
+            log(str(e))
         except Exception as e:  # a figure that cannot run is named on the index, the others go on
             reason = one_line(e)
             log(f"{name}: {reason}")
@@ -83,11 +85,37 @@ def reproduce(fig: str, scale: str = "cpu", seeds: int = 3, runs_root: str = "ru
     return write_index(Path(out_root), scale, ORDER, TITLES)
 
 
+class NoRunsToReport(LegoError):
+    """--report-only found none of a figure's runs finished: writing would replace its report with a blank one."""
+
+
+def _runs_read(fig, scale, seeds, pretrained, overrides, mimic_steps) -> list[Run]:
+    """The runs ``fig``'s report is made from (Fig. 7's fine-tuned rows: Fig. 6's seed 0); none for Fig. 9."""
+    if fig in FIGURES:
+        pairs = figure_runs(fig, scale, seeds, pretrained, overrides, mimic_steps)
+    elif fig in ANALYSIS_RUNS:
+        pairs = ANALYSIS_RUNS[fig](scale, seeds)
+    elif fig == "fig4":
+        pairs = runs_for(["bert", "albert"], scale, seeds, pretrained)
+    elif fig == "fig7":
+        pairs = runs_for(["minilm-random", "minilm-pretrained", "minilm-mimic"], scale, 1, pretrained)
+    else:
+        pairs = []
+    return [run for _, run in pairs]
+
+
 def _one(fig, scale, seeds, runs_root, out_root, pretrained, log, threads, mimic_steps, jobs, overrides, command,
          train) -> Path:
     started = time.time()
     main = int(os.environ.get("RANK", "0")) == 0
     out, root = Path(out_root) / f"{fig}-{scale}", Path(runs_root)
+    if not train:
+        read = _runs_read(fig, scale, seeds, pretrained, overrides, mimic_steps)
+        if read and not any(finished(root / r.name, r.pretrain) for r in read):
+            report = out / f"{fig}.md"
+            raise NoRunsToReport(f"{fig}: --report-only found none of its {len(read)} runs finished under {root}/, so "
+                                 + (f"{report} is left as it was" if report.is_file() else "it has no report")
+                                 + " (train them without --report-only)")
     if fig in FIGURES:
         labelled = figure_runs(fig, scale, seeds, pretrained, overrides, mimic_steps)
         results = train_runs([r for _, r in labelled], root, log, jobs, threads, train)
