@@ -471,7 +471,7 @@ def test_report_only_trains_nothing_and_names_what_is_missing(tmp_path, monkeypa
     assert main(["reproduce", "fig17", "--seeds", "1", "--report-only"]) == 2
     assert "reports/fig17-cpu/fig17.md is left as it was" in capsys.readouterr().err
     assert report.read_text() == "an earlier report" and not (tmp_path / "runs").exists()
-    # one of its two runs finished: the report is written and names the other
+    # one of its three runs finished: the report is written and names the others
     fake_finished_run(tmp_path, "cpu-albert-s0", tmp_path / "configs" / "cpu" / "albert.yaml")
     assert main(["reproduce", "fig17", "--seeds", "1", "--report-only"]) == 0
     text = report.read_text()
