@@ -14,7 +14,16 @@ import time
 from pathlib import Path
 
 from ..errors import LegoError
-from .analyses import ANALYSIS_FUNCTIONS, ANALYSIS_RUNS, TEMPLATE_MODELS, TEMPLATE_SIZES, TEMPLATE_TASKS, template_runs
+from .analyses import (
+    ANALYSIS_FUNCTIONS,
+    ANALYSIS_RUNS,
+    TEMPLATE_MODELS,
+    TEMPLATE_SIZES,
+    TEMPLATE_TASKS,
+    fig4_runs,
+    fig7_runs,
+    template_runs,
+)
 from .figures import ANALYSES, ANALYSIS_CLAIMS, FIGURES, ORDER, UNTESTABLE, check_figure
 from .report import SCALE_NOTES, accuracy_table, count_machines, first_pass_table, summarise, write_index, write_report
 from .runs import Run, ensure_run, finished, mimic_settings, one_line, runs_for, train_runs
@@ -96,9 +105,9 @@ def _runs_read(fig, scale, seeds, pretrained, overrides, mimic_steps) -> list[Ru
     elif fig in ANALYSIS_RUNS:
         pairs = ANALYSIS_RUNS[fig](scale, seeds)
     elif fig == "fig4":
-        pairs = runs_for(["bert", "albert"], scale, seeds, pretrained)
+        pairs = fig4_runs(scale, seeds, pretrained)
     elif fig == "fig7":
-        pairs = runs_for(["minilm-random", "minilm-pretrained", "minilm-mimic"], scale, 1, pretrained)
+        pairs = fig7_runs(scale, pretrained)
     else:
         pairs = []
     return [run for _, run in pairs]

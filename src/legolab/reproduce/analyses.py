@@ -23,12 +23,22 @@ def _correlation(xs, ys) -> float | None:
     return statistics.correlation(xs, ys)
 
 
+def fig4_runs(scale, seeds, pretrained=None) -> list[tuple[str, Run]]:
+    """Fig. 3's BERT and ALBERT runs, which Fig. 4 probes."""
+    return runs_for(["bert", "albert"], scale, seeds, pretrained)
+
+
+def fig7_runs(scale, pretrained=None) -> list[tuple[str, Run]]:
+    """Fig. 6's seed-0 runs, whose heads Fig. 7 scores after fine-tuning."""
+    return runs_for(["minilm-random", "minilm-pretrained", "minilm-mimic"], scale, 1, pretrained)
+
+
 def fig4(scale, root, out, log, pretrained, seeds=1, train=True, **_):
     """Linear probes at every layer of fig3's BERT and ALBERT, for each of ``seeds`` seeds."""
     from ..analysis.probe import probe_report, write_probe_report
     from ..training.runs import load_run
 
-    labelled = runs_for(["bert", "albert"], scale, seeds, pretrained)
+    labelled = fig4_runs(scale, seeds, pretrained)
     results = train_runs([r for _, r in labelled], root, log, train=train)
     reports, body, corr = {}, [], {"bert": [], "albert": []}
     for label, run in labelled:
@@ -74,7 +84,7 @@ def fig7(scale, root, out, log, pretrained, **_):
     tokens = torch.from_numpy(task.sample("analysis", range(200)).tokens).long()
     reports, body = {}, []
     models = [("pretrained", source, None)] + [(label, str(root / run.name), run) for label, run in
-                                              runs_for(["minilm-random", "minilm-pretrained", "minilm-mimic"], scale, 1, pretrained)]
+                                              fig7_runs(scale, pretrained)]
     for label, src, run in models:
         if run is not None and not finished(Path(src)):
             body.append(f"- {label}: no finished run {src} (run `legolab reproduce fig6` first)")
