@@ -259,7 +259,7 @@ def test_a_list_of_figures_queues_their_runs_in_one_pool(tmp_path, monkeypatch, 
 
     monkeypatch.setattr(reproduce, "train_runs", record)
     assert main(["reproduce", "fig15,fig16", "--seeds", "2"]) == 2
-    assert len(queued) == 1 and {"cpu-bert-n20-s1", "cpu-albert-depth8-s1", "cpu-bert-s1"} <= set(queued[0])
+    assert len(queued) == 1 and {"cpu-bert-n16-s1", "cpu-albert-depth8-s1", "cpu-bert-s1"} <= set(queued[0])
     assert main(["reproduce", "fig15,fig99"]) == 2
     assert "unknown figure 'fig99'" in capsys.readouterr().err and len(queued) == 1
 
@@ -419,15 +419,31 @@ def test_judges_say_holds_does_not_hold_and_cannot_be_tested():
     _, verdict, evidence = figures.shortcut_early({"x": some}, "x", True)
     assert verdict == FAILS and evidence.startswith("#11 reached 95% in 2 of 3 seeds (final 90%, 80-100% over seeds)")
     assert figures.shortcut_early({"x": some}, "x", False)[1] == UNTESTABLE
-    # Fig. 15: n = 8's own part is judged even where n = 20 cannot be
+    # Fig. 15: n = 8's own part is judged even where the longest chain cannot be
     n8 = summary([1.0, 1.0] + [0.5] * 6, range(2))
     n20 = summary([1.0, 1.0] + [0.5] * 18, range(14))
     S = {"bert-n8": n8, "bert-n12": learned_ext, "bert-n16": n20, "bert-n20": n20}
-    (short, verdict, evidence), (_, longer, why) = figures.judge_fig15(S)
+    (short, verdict, evidence), (_, longer, why) = figures.judge_fig15("paper")(S)
     assert short.startswith("n = 8 learns") and verdict == HOLDS and "unseen #2..#7 50% (chance 50%)" in evidence
     assert longer == UNTESTABLE and why.startswith("n = 20 did not learn")
-    assert figures.judge_fig15({**S, "bert-n8": summary([1.0, 1.0] + [0.9] * 6, range(2))})[0][1] == FAILS
-    assert figures.judge_fig15({**S, "bert-n8": summary([1.0, 0.6] + [0.5] * 6, range(2))})[0][1] == UNTESTABLE
+    assert figures.judge_fig15("paper")({**S, "bert-n8": summary([1.0, 1.0] + [0.9] * 6, range(2))})[0][1] == FAILS
+    assert figures.judge_fig15("paper")({**S, "bert-n8": summary([1.0, 0.6] + [0.5] * 6, range(2))})[0][1] == UNTESTABLE
+    # at CPU scale the longest chain is n = 16: judged against n = 8 without any n = 20
+    n16 = summary([1.0] * 10 + [0.9, 0.7, 0.6, 0.5, 0.5, 0.5], range(10))
+    part, longer, why = figures.judge_fig15("cpu")({"bert-n8": n8, "bert-n12": learned_ext, "bert-n16": n16})[1]
+    assert part.startswith("longer training chains extrapolate better: n = 16 beyond n = 8") and longer == HOLDS
+    assert why == "mean accuracy on the 6 unsupervised variables: n = 8 50%, n = 12 68%, n = 16 62%"
+    flat = summary([1.0] * 10 + [0.5] * 6, range(10))
+    assert figures.judge_fig15("cpu")({"bert-n8": n8, "bert-n12": learned_ext, "bert-n16": flat})[1][1] == FAILS
+
+
+def test_fig15_stops_at_n16_on_three_times_the_budget_at_cpu_scale():
+    """n = 20 does not fit at CPU scale on any budget tried; n = 16 needs three times the steps."""
+    cpu, paper = figures.catalogue("cpu"), figures.catalogue("paper")
+    assert figures.FIGURES["fig15"].variant_labels("cpu") == ["bert-n8", "bert-n12", "bert-n16"]
+    assert figures.FIGURES["fig15"].variant_labels("paper") == ["bert-n8", "bert-n12", "bert-n16", "bert-n20"]
+    assert (cpu["bert-n16"].budget, cpu["bert-n12"].budget, paper["bert-n16"].budget) == (3, 1, 1)
+    assert "task.n=16" in cpu["bert-n16"].overrides and "train.n_tr=10" in cpu["bert-n16"].overrides
 
 
 def test_run_summary_finds_first_passes_and_dips(tmp_path):
