@@ -384,7 +384,7 @@ FIGURES = {
                     {"cpu": "MiniLM stands in for pretrained BERT and ALBERT (no ALBERT checkpoint ships offline); "
                             "cpu/minilm's 3,000 steps of 32 without dropout, with deep and operand supervision (on all "
                             "12 variables here)"}),
-    "fig15": Figure("chain length n = 8, 12, 16, 20 with n_tr = n - 6",
+    "fig15": Figure("chain length n = 8, 12, 16, 20 (CPU scale: up to 16) with n_tr = n - 6",
                     "Longer training chains generalise better: n = 8 learns its training length but not unseen "
                     "ones, n = 20 generalises strongly beyond it.",
                     lambda scale: [f"bert-n{n}" for n in CHAINS[scale]], judge_fig15,
