@@ -36,9 +36,9 @@ SHORTCUT = "train.supervise=[0,1,2,3,4,11]"
 NO_GUIDE = "train.guide=0"  # LEGO attention hard-codes the association map the guidance teaches
 STOCHASTIC_DEPTH = ["train.depth_min=6", "train.depth_max=12", "train.eval_depth=12"]
 DEPTHS = {"cpu": (2, 4, 6, 8), "paper": (3, 6, 9, 12)}
-# Fig. 15 at CPU scale: n = 16 fits its ten supervised variables only on three times the n_tr = 6
-# budget, and n = 20 fits 7 of its 14 even there (docs/cpu_recipe.md, "Fig. 15's longer chains"),
-# so the CPU figure stops at 16
+# Fig. 15 at CPU scale: n = 16 fits its ten supervised variables (in 2 of 3 seeds) only on three
+# times the n_tr = 6 budget, and n = 20 fits 7 of its 14 even there (docs/cpu_recipe.md, "Fig. 15's
+# longer chains"), so the CPU figure stops at 16
 CHAINS = {"cpu": (8, 12, 16), "paper": (8, 12, 16, 20)}
 CHAIN_BUDGET = {"cpu": {16: 3}, "paper": {}}
 # Fig. 17's thin BERT: at CPU scale 28 wide (d_ff 84) has 50,570 parameters without embeddings,
@@ -390,7 +390,7 @@ FIGURES = {
                     lambda scale: [f"bert-n{n}" for n in CHAINS[scale]], judge_fig15,
                     {"cpu": "random-init 6-layer BERT (the paper: depth-12 models, pretrained BERT most clearly); "
                             "n = 16 trains three times as long, 24,000 steps evaluated every 750 (on 8,000 it fit "
-                            "#0..#2 of its ten), so its lead over n = 8 and 12 is not of equal budgets; no n = 20 "
+                            "#0..#2 of its ten in 3 seeds), so its lead over n = 8 and 12 is not of equal budgets; no n = 20 "
                             "(on 24,000 steps it fit #0..#6 of its fourteen, seed 0)"}, scale_judge=True),
     "fig16": Figure("model depth: BERT and ALBERT at several depths, n = 12",
                     "Greater depth improves generalisation for random BERT and ALBERT, with a depth threshold "
